@@ -1,0 +1,216 @@
+"""Play Pong episodes with the policy and sum their gradients. No Ray here.
+
+Reproducibility: every episode draws all its randomness (frame skips, sticky
+actions, action sampling) from one stream seeded by (seed, update, episode), so
+its result does not depend on which process ran it.
+
+ALE only reseeds its own random generator by reloading the ROM, which costs
+about 90 ms (a third of a random-policy episode). So the env is made with ALE's
+frame skip and sticky actions switched off, and `AtariStepper` applies the
+env's registered frame skip and sticky-action probability itself, frame by
+frame, with the same semantics: each emulator frame, with probability p the
+previously executed action is repeated instead of the chosen one.
+"""
+
+import dataclasses
+import warnings
+
+import numpy as np
+
+from . import policy
+
+UP, DOWN = 2, 3  # Pong's minimal action set: RIGHT moves the paddle up, LEFT down
+
+
+class EnvError(ValueError):
+    """The env id cannot be used for this trainer."""
+
+
+def _gym():
+    import ale_py
+    import gymnasium as gym
+
+    gym.register_envs(ale_py)  # each process that makes an env must do this
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # no banner from every actor
+    return gym
+
+
+def check_env_id(env_id):
+    """Raise EnvError with one line of explanation unless env_id is an ALE env."""
+    gym = _gym()
+    try:
+        spec = gym.spec(env_id)
+    except gym.error.Error as e:
+        raise EnvError(f"unknown env id {env_id!r}: {e}") from None
+    if "ale_py" not in str(spec.entry_point):
+        raise EnvError(f"env {env_id!r} is not an Atari (ALE) env; try Pong-v0 or ALE/Pong-v5")
+    if spec.kwargs.get("obs_type", "rgb") != "rgb":
+        raise EnvError(f"env {env_id!r} must give RGB observations")
+    return spec
+
+
+class AtariStepper:
+    """An ALE game stepped with the env's frame skip and sticky actions from our own stream."""
+
+    def __init__(self, env_id):
+        spec = check_env_id(env_id)
+        frameskip = spec.kwargs.get("frameskip", 4)
+        self.frameskip = (frameskip, frameskip + 1) if isinstance(frameskip, int) else tuple(frameskip)
+        self.sticky = float(spec.kwargs.get("repeat_action_probability", 0.25))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Pong-v0 is deprecated but is the reference env
+            self.env = _gym().make(env_id, frameskip=1, repeat_action_probability=0.0)
+        self.env.reset(seed=0)  # load the ROM once; episodes never reload it
+        self.ale = self.env.unwrapped.ale
+        actions = self.env.unwrapped._action_set
+        self.actions = (actions[0], actions[UP], actions[DOWN])  # NOOP, UP, DOWN
+        self.screen = np.empty((210, 160, 3), dtype=np.uint8)
+
+    def reset(self):
+        self.ale.reset_game()
+        self.last = self.actions[0]
+        self.ale.getScreenRGB(self.screen)
+        return self.screen
+
+    def step(self, up, frames, sticky_u):
+        """Run one agent step of `frames` emulator frames; return (reward, over)."""
+        chosen = self.actions[1] if up else self.actions[2]
+        reward = 0
+        for f in range(frames):
+            if sticky_u[f] >= self.sticky:
+                self.last = chosen
+            reward += self.ale.act(self.last)
+        self.ale.getScreenRGB(self.screen)
+        return reward, self.ale.game_over()
+
+
+class RandomStream:
+    """An episode's random numbers, drawn in blocks from one generator."""
+
+    BLOCK = 1024
+
+    def __init__(self, seed, update, episode, frameskip):
+        self.rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, update, episode])))
+        self.frameskip = frameskip
+        self.pos = self.BLOCK
+
+    def refill(self):
+        self.u = self.rng.random(self.BLOCK)
+        self.frames = self.rng.integers(self.frameskip[0], self.frameskip[1], self.BLOCK)
+        self.sticky = self.rng.random((self.BLOCK, self.frameskip[1]))
+        self.pos = 0
+
+    def next(self):
+        if self.pos == self.BLOCK:
+            self.refill()
+        i = self.pos
+        self.pos += 1
+        return self.u[i], self.frames[i], self.sticky[i]
+
+
+class Trace:
+    """One episode's record, growable: the sparse inputs, hidden states, probabilities, actions, rewards."""
+
+    def __init__(self, steps=4096, hidden=policy.H):
+        self.idx = np.empty(steps * 64, dtype=np.int32)
+        self.sign = np.empty(steps * 64, dtype=np.float32)
+        self.starts = np.zeros(steps + 1, dtype=np.int64)
+        self.hid = np.empty((steps, hidden), dtype=np.float32)
+        self.probs = np.empty(steps, dtype=np.float32)
+        self.ups = np.empty(steps, dtype=np.bool_)
+        self.rewards = np.empty(steps, dtype=np.float32)
+
+    def ensure(self, t):
+        """Make room for step t and the largest possible difference frame after it."""
+        steps = len(self.probs)
+        if t >= steps:
+            for name in ("hid", "probs", "ups", "rewards"):
+                old = getattr(self, name)
+                new = np.empty((2 * steps,) + old.shape[1:], dtype=old.dtype)
+                new[:steps] = old
+                setattr(self, name, new)
+            starts = np.zeros(2 * steps + 1, dtype=np.int64)
+            starts[: steps + 1] = self.starts
+            self.starts = starts
+        if self.starts[t] + policy.D > len(self.idx):
+            n = 2 * len(self.idx) + policy.D
+            self.idx = np.resize(self.idx, n)
+            self.sign = np.resize(self.sign, n)
+
+
+@dataclasses.dataclass
+class EpisodeResult:
+    episode: int
+    reward: float
+    steps: int
+    nonzero: int  # non-zero input pixels over the whole episode
+
+
+class Learner:
+    """Plays episodes with fixed weights and sums their gradients until taken."""
+
+    def __init__(self, env_id, hidden=policy.H):
+        self.stepper = AtariStepper(env_id)
+        self.trace = Trace(hidden=hidden)
+        self.prev = np.zeros(policy.D, dtype=np.uint8)
+        self.w1t = np.zeros((policy.D, hidden), dtype=np.float32)  # W1 transposed: a pixel's weights are a row
+        self.w2 = np.zeros(hidden, dtype=np.float32)
+        self.gw1t = np.zeros_like(self.w1t)
+        self.gw2 = np.zeros_like(self.w2)
+        self.touched = np.zeros(policy.D, dtype=np.bool_)
+
+    def set_weights(self, params):
+        """Copy the weights in (those from Ray's object store are read-only) and start a new gradient sum."""
+        self.w1t[:] = params["W1"].T
+        self.w2[:] = params["W2"]
+        self.take_gradient()
+
+    def play(self, seed, update, episode):
+        """Play one episode, fold its gradient into the sum; return its result."""
+        stream = RandomStream(seed, update, episode, self.stepper.frameskip)
+        st, tr = self.stepper, self.trace
+        screen = st.reset()
+        t, total, first = 0, 0.0, True
+        over = False
+        while not over:
+            tr.ensure(t)
+            u, frames, sticky = stream.next()
+            up, _ = policy.policy_step(
+                screen, self.prev, first, self.w1t, self.w2, u, t,
+                tr.idx, tr.sign, tr.starts, tr.hid, tr.probs, tr.ups,
+            )  # fmt: skip
+            reward, over = st.step(up, frames, sticky)
+            tr.rewards[t] = reward
+            total += reward
+            first = False
+            t += 1
+        advantage = policy.standardize(policy.discount_rewards(tr.rewards[:t])).astype(np.float32)
+        policy.accumulate_gradient(
+            t, tr.idx, tr.sign, tr.starts, tr.hid, tr.probs, tr.ups, advantage,
+            self.w2, self.gw1t, self.gw2, self.touched,
+        )  # fmt: skip
+        return EpisodeResult(episode, total, t, int(tr.starts[t]))
+
+    def take_gradient(self):
+        """The summed gradient as touched W1 columns, then reset the sum."""
+        grad = sparse_grad(self.gw1t, self.gw2, self.touched)
+        self.gw1t[self.touched] = 0.0
+        self.gw2[:] = 0.0
+        self.touched[:] = False
+        return grad
+
+
+def sparse_grad(gw1t, gw2, touched):
+    cols = np.flatnonzero(touched).astype(np.int32)
+    return {"cols": cols, "W1T": gw1t[cols], "W2": gw2.copy()}
+
+
+def add_sparse(total_w1t, total_w2, touched, grad):
+    """Fold a sparse gradient into dense (D, H) and (H,) sums."""
+    total_w1t[grad["cols"]] += grad["W1T"]
+    total_w2 += grad["W2"]
+    touched[grad["cols"]] = True
+
+
+def grad_nbytes(grad):
+    return sum(a.nbytes for a in grad.values())

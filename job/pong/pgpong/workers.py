@@ -1,0 +1,55 @@
+"""The Ray edge: rollout actors and the per-node gradient reduce.
+
+`Worker` is a thin actor shell around rollout.Learner, which tests drive
+without Ray.
+"""
+
+import os
+
+import ray
+
+from . import rollout
+
+
+def blas_report():
+    """(threads, description) of the BLAS numpy loaded in this process."""
+    from threadpoolctl import threadpool_info
+
+    blas = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+    if not blas:
+        return 1, "none"
+    threads = max(i["num_threads"] for i in blas)
+    return threads, ",".join(f"{i['internal_api']}:{i['num_threads']}" for i in blas)
+
+
+@ray.remote(num_cpus=1)
+class Worker:
+    def __init__(self, env_id):
+        self.learner = rollout.Learner(env_id)
+        self.warm_up()
+
+    def warm_up(self):
+        """Compile the numba kernels now (or load them from cache), not inside the first update."""
+        self.learner.play(0, 0, 0)
+        self.learner.take_gradient()
+
+    def describe(self):
+        threads, blas = blas_report()
+        env = {k: os.environ.get(k, "") for k in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")}
+        return {"node": ray.get_runtime_context().get_node_id(), "blas_threads": threads, "blas": blas, "env": env}
+
+    def set_weights(self, params):
+        self.learner.set_weights(params)
+
+    def play(self, seed, update, episode):
+        return self.learner.play(seed, update, episode)
+
+    def take_gradient(self):
+        return self.learner.take_gradient()
+
+    def combine(self, *grads):
+        """Sum this actor's gradient with those of the other actors on its node; return one."""
+        lr = self.learner
+        for g in grads:
+            rollout.add_sparse(lr.gw1t, lr.gw2, lr.touched, g)
+        return lr.take_gradient()
