@@ -169,6 +169,7 @@ class Trainer:
         s.update, s.episodes, s.env_steps = update, s.episodes + len(results), s.env_steps + steps
         seconds = t3 - t0
         s.seconds += seconds
+        self.last_results = results
         return {
             "update": update,
             "episodes": len(results),
@@ -208,7 +209,16 @@ class Trainer:
                 if s.update % cfg.checkpoint_every == 0:
                     _, rec["checkpoint_s"] = self.save()
                 self.records.append(rec)
-                checkpoint.append_metrics(cfg.run_dir, rec)
+                checkpoint.append_metrics(
+                    cfg.run_dir,
+                    rec | {
+                        "time": time.time(),
+                        "total_seconds": s.seconds,
+                        "total_episodes": s.episodes,
+                        "episode_rewards": [r.reward for r in self.last_results],
+                        "episode_steps": [r.steps for r in self.last_results],
+                    },
+                )
                 self.out(kv(**rec))
         except Stopped as e:
             reason = str(e)

@@ -1,0 +1,38 @@
+"""Shared pieces of the trainer tests: the job package on sys.path and a sparse replay."""
+
+import pathlib
+import sys
+
+import numpy as np
+
+JOB_DIR = pathlib.Path(__file__).resolve().parents[1] / "job" / "pong"
+if str(JOB_DIR) not in sys.path:
+    sys.path.insert(0, str(JOB_DIR))
+
+from pgpong import policy, rollout  # noqa: E402
+
+
+def sparse_replay(screens, ups, rewards, params):
+    """Run the fused sparse kernels over a recorded episode, forcing the recorded actions.
+
+    Returns (probs, {"W1": (H, D), "W2": (H,)}) like textbook.episode_gradient.
+    """
+    hidden = params["W2"].shape[0]
+    n = len(screens)
+    tr = rollout.Trace(steps=n + 1, hidden=hidden)
+    tr.ensure(n)
+    prev = np.zeros(policy.D, dtype=np.uint8)
+    w1t = np.ascontiguousarray(params["W1"].T, dtype=np.float32)
+    w2 = np.ascontiguousarray(params["W2"], dtype=np.float32)
+    for t, screen in enumerate(screens):
+        tr.ensure(t)
+        forced = -1.0 if ups[t] else 2.0  # u < p always / never
+        policy.policy_step(screen, prev, t == 0, w1t, w2, forced, t,
+                           tr.idx, tr.sign, tr.starts, tr.hid, tr.probs, tr.ups)  # fmt: skip
+    advantage = policy.standardize(policy.discount_rewards(np.asarray(rewards))).astype(np.float32)
+    gw1t = np.zeros_like(w1t)
+    gw2 = np.zeros_like(w2)
+    touched = np.zeros(policy.D, dtype=np.bool_)
+    policy.accumulate_gradient(n, tr.idx, tr.sign, tr.starts, tr.hid, tr.probs, tr.ups,
+                               advantage, w2, gw1t, gw2, touched)  # fmt: skip
+    return tr.probs[:n].copy(), {"W1": gw1t.T, "W2": gw2}, touched

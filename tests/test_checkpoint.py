@@ -1,0 +1,118 @@
+"""Checkpoints: round trip, atomic replacement, pruning, and clear errors. No Ray."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from pong_helpers import JOB_DIR
+from pgpong import checkpoint, policy
+
+
+def make_state(update, seed=0, env="Pong-v0"):
+    params = policy.init_params(np.random.default_rng(seed))
+    cache = {k: np.abs(v) * 0.5 for k, v in params.items()}
+    cfg = {"env": env, "seed": seed, "batch_size": 4}
+    return checkpoint.State(params, cache, update, 4 * update, 1000 * update, -20.5, 12.5, cfg)
+
+
+def test_round_trip_keeps_everything_needed_to_resume(tmp_path):
+    state = make_state(7, seed=3)
+    path = checkpoint.save(tmp_path, state)
+    assert os.path.basename(path) == "ckpt-000007.npz"
+    back = checkpoint.load_latest(tmp_path, {"env": "Pong-v0"})
+    for k in ("W1", "W2"):
+        assert np.array_equal(back.params[k], state.params[k])
+        assert np.array_equal(back.cache[k], state.cache[k])
+    assert back.params["W1"].flags.f_contiguous
+    assert (back.update, back.episodes, back.env_steps, back.running_reward, back.seconds) == (7, 28, 7000, -20.5, 12.5)
+    assert back.config == state.config
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
+
+
+def test_keeps_only_the_newest_checkpoints(tmp_path):
+    for u in range(1, 6):
+        checkpoint.save(tmp_path, make_state(u), keep=3)
+    assert [os.path.basename(p) for p in checkpoint.checkpoints(tmp_path)] == [
+        "ckpt-000005.npz", "ckpt-000004.npz", "ckpt-000003.npz"]  # fmt: skip
+
+
+def test_a_failed_write_leaves_the_previous_checkpoint_as_latest(tmp_path, monkeypatch):
+    checkpoint.save(tmp_path, make_state(1, seed=1))
+
+    def broken(f, **arrays):
+        f.write(b"PK\x03\x04 half a zip")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(np, "savez", broken)
+    with pytest.raises(OSError, match="disk full"):
+        checkpoint.save(tmp_path, make_state(2, seed=2))
+    assert os.listdir(tmp_path) == ["ckpt-000001.npz"]
+    assert checkpoint.load_latest(tmp_path, {"env": "Pong-v0"}).update == 1
+
+
+def test_killing_the_writer_never_leaves_a_partial_checkpoint(tmp_path):
+    """SIGKILL a process that keeps writing checkpoints; every ckpt-*.npz left must load whole."""
+    script = textwrap.dedent(f"""
+        import sys, numpy as np
+        sys.path.insert(0, {str(JOB_DIR)!r})
+        from pgpong import checkpoint, policy
+        params = policy.init_params(np.random.default_rng(0))
+        u = 0
+        while True:
+            u += 1
+            checkpoint.save({str(tmp_path)!r}, checkpoint.State(params, params, u, config={{"env": "Pong-v0"}}))
+            print(u, flush=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    for _ in range(3):
+        proc.stdout.readline()  # a few complete writes, then kill it mid-way through another
+    time.sleep(0.013)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    paths = checkpoint.checkpoints(tmp_path)
+    assert paths
+    for p in paths:
+        state = checkpoint.load(p)
+        assert state.params["W1"].shape == (200, 6400)
+
+
+def test_a_truncated_checkpoint_is_an_error_naming_the_file(tmp_path):
+    path = checkpoint.save(tmp_path, make_state(3))
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
+    with pytest.raises(checkpoint.CheckpointError, match="ckpt-000003.npz.*corrupt"):
+        checkpoint.load_latest(tmp_path, {"env": "Pong-v0"})
+
+
+def test_flipped_bytes_are_caught_by_the_zip_checksum(tmp_path):
+    path = checkpoint.save(tmp_path, make_state(3))
+    with open(path, "r+b") as f:
+        f.seek(os.path.getsize(path) // 2)
+        f.write(b"\xff" * 64)
+    with pytest.raises(checkpoint.CheckpointError, match="ckpt-000003.npz"):
+        checkpoint.load(path)
+
+
+def test_a_checkpoint_from_another_env_is_refused(tmp_path):
+    checkpoint.save(tmp_path, make_state(2, env="ALE/Pong-v5"))
+    with pytest.raises(checkpoint.CheckpointError, match="ckpt-000002.npz.*env='ALE/Pong-v5'"):
+        checkpoint.load_latest(tmp_path, {"env": "Pong-v0"})
+
+
+def test_empty_run_dir_means_a_fresh_start(tmp_path):
+    assert checkpoint.load_latest(tmp_path / "nothing-here", {"env": "Pong-v0"}) is None
+
+
+def test_trim_metrics_drops_updates_after_the_checkpoint_and_a_cut_line(tmp_path):
+    for u in (1, 2, 3):
+        checkpoint.append_metrics(tmp_path, {"update": u})
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"update": 4, "rew')  # the driver died mid-line
+    checkpoint.trim_metrics(tmp_path, 2)
+    assert (tmp_path / "metrics.jsonl").read_text() == '{"update": 1}\n{"update": 2}\n'

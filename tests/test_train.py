@@ -1,0 +1,158 @@
+"""The trainer end to end on a local Ray: flags, a real run, resume, reproducibility."""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pong_helpers import JOB_DIR
+from pgpong import config, train
+
+
+def run_cli(*args, timeout=300):
+    """python -m pgpong.train in the job dir, on a fresh in-process Ray (never a running cluster)."""
+    env = dict(os.environ, RAY_ADDRESS="local", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    return subprocess.run(
+        [sys.executable, "-m", "pgpong.train", *args],
+        cwd=JOB_DIR, env=env, capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+
+
+def lines(out, prefix):
+    return [dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv) | {"_": line}
+            for line in out.splitlines() if line.startswith(prefix)]  # fmt: skip
+
+
+def metrics(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--batch-size", "0"], "--batch-size must be a whole number >= 1, not '0'"),
+        (["--batch-size", "-3"], "--batch-size must be a whole number >= 1, not '-3'"),
+        (["--updates", "ten"], "--updates must be a whole number >= 0, not 'ten'"),
+        (["--workers", "0"], "--workers must be 'auto' or a whole number >= 1, not '0'"),
+        (["--learning-rate", "nan"], "--learning-rate must be a number > 0, not 'nan'"),
+        (["--checkpoint-every", "1.5"], "--checkpoint-every must be a whole number >= 1, not '1.5'"),
+        (["--bogus", "1"], "unrecognized arguments: --bogus 1"),
+        (["--env", "NoSuchGame-v9"], "unknown env id 'NoSuchGame-v9'"),
+        (["--env", "CartPole-v1"], "is not an Atari (ALE) env"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2_before_ray_starts(args, message, tmp_path):
+    proc = run_cli(*args, "--run-dir", str(tmp_path / "run"))
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    assert not (tmp_path / "run").exists() or not os.listdir(tmp_path / "run")
+
+
+def test_unwritable_run_dir_is_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    proc = run_cli("--run-dir", str(blocker / "run"))
+    assert proc.returncode == 2 and proc.stderr.startswith("error: cannot write run dir")
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_config_defaults_are_the_job_defaults():
+    cfg = config.parse_args([])
+    assert (cfg.batch_size, cfg.workers, cfg.env, cfg.learning_rate, cfg.updates) == (300, "auto", "Pong-v0", 1e-4, 0)
+    assert cfg.run_dir.startswith(config.DEFAULT_RUNS)
+
+
+@pytest.mark.ray
+def test_two_updates_on_pong_then_resume_continues_where_it_stopped(tmp_path):
+    run_dir = str(tmp_path / "run")
+    first = run_cli("--batch-size", "3", "--updates", "2", "--workers", "1", "--seed", "4", "--run-dir", run_dir)
+    assert first.returncode == 0, first.stderr[-3000:]
+    start = lines(first.stdout, "start ")
+    assert start and start[0]["blas_threads"] == "1" and start[0]["resumed_at_update"] == "0"
+    ups = lines(first.stdout, "update=")
+    assert [u["_"].split()[0] for u in ups] == ["update=1", "update=2"]
+    keys = [kv.split("=")[0] for kv in ups[0]["_"].split()]
+    assert keys[:14] == ["update", "episodes", "env_steps", "reward_mean", "reward_min", "reward_max", "running_reward",
+                         "episode_len_mean", "seconds", "env_steps_per_s", "rollout_s", "reduce_s", "update_s",
+                         "driver_bytes"]  # fmt: skip
+    assert all(u["episodes"] == "3" and int(u["env_steps"]) > 500 for u in ups)
+    done = lines(first.stdout, "done ")
+    assert done and done[0]["updates"] == "2" and done[0]["episodes"] == "6" and done[0]["nodes"] == "1"
+    assert os.path.basename(done[0]["checkpoint"]) == "ckpt-000002.npz"
+
+    again = run_cli("--batch-size", "3", "--updates", "1", "--workers", "1", "--seed", "4", "--run-dir", run_dir)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert lines(again.stdout, "start ")[0]["resumed_at_update"] == "2"
+    assert [u["_"].split()[0] for u in lines(again.stdout, "update=")] == ["update=3"]
+    assert lines(again.stdout, "done ")[0]["total_episodes"] == "9"
+
+    # the resumed run equals an uninterrupted one: same weights in, same episodes out
+    straight_dir = str(tmp_path / "straight")
+    straight = run_cli("--batch-size", "3", "--updates", "3", "--workers", "1", "--seed", "4", "--run-dir", straight_dir)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    resumed, uninterrupted = metrics(run_dir), metrics(straight_dir)
+    assert [m["update"] for m in resumed] == [1, 2, 3]
+    assert [m["episode_rewards"] for m in resumed] == [m["episode_rewards"] for m in uninterrupted]
+    assert [m["episode_steps"] for m in resumed] == [m["episode_steps"] for m in uninterrupted]
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    import ray
+
+    threads = {k: "1" for k in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")}
+    runtime_env = {"env_vars": {"PYTHONPATH": str(JOB_DIR), **threads}}  # as the job's working dir does
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="error", runtime_env=runtime_env)
+    yield ray
+    ray.shutdown()
+
+
+def one_update(tmp_path, workers, seed):
+    cfg = config.Config(batch_size=4, updates=1, workers=str(workers), seed=seed, run_dir=str(tmp_path / f"w{workers}"))
+    state, _ = train.initial_state(cfg)
+    trainer = train.Trainer(cfg, state, out=lambda line: None)
+    trainer.start_pool()
+    assert len(trainer.pool.actors) == workers
+    trainer.run()
+    stop_pool(trainer)
+    return metrics(cfg.run_dir)[0]
+
+
+def stop_pool(trainer):
+    import ray
+
+    for actor in trainer.pool.actors:
+        ray.kill(actor)
+
+
+@pytest.mark.ray
+def test_same_seed_same_episodes_whatever_the_worker_count(local_ray, tmp_path):
+    one = one_update(tmp_path, workers=1, seed=11)
+    two = one_update(tmp_path, workers=2, seed=11)
+    assert one["episode_rewards"] == two["episode_rewards"]
+    assert one["episode_steps"] == two["episode_steps"]
+    assert len(set(one["episode_steps"])) > 1  # the episodes really differ from each other
+    other = one_update(tmp_path / "other", workers=2, seed=12)
+    assert other["episode_steps"] != one["episode_steps"]
+
+
+@pytest.mark.ray
+def test_gradients_reach_the_driver_once_per_node(local_ray, tmp_path):
+    """Two actors on one node: the driver receives one gradient, not two and not one per episode."""
+    cfg = config.Config(batch_size=6, updates=1, workers="2", seed=1, run_dir=str(tmp_path / "run"))
+    state, _ = train.initial_state(cfg)
+    trainer = train.Trainer(cfg, state, out=lambda line: None)
+    trainer.start_pool()
+    rec = trainer.run()[0]
+    width = state.params["W1"].shape[0] * 4  # bytes of one W1 column in float32
+    # one sparse gradient: touched columns (index + column) plus W2
+    assert rec["driver_bytes"] <= 6400 * (width + 4) + width
+    assert rec["driver_bytes"] % 4 == 0 and rec["driver_bytes"] > width
+    assert dataclasses.asdict(cfg)["batch_size"] == rec["episodes"]
+    stop_pool(trainer)
