@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -68,7 +69,7 @@ def test_config_defaults_are_the_job_defaults():
     assert cfg.run_dir.startswith(config.DEFAULT_RUNS)
 
 
-@pytest.mark.ray
+@pytest.mark.slow
 def test_two_updates_on_pong_then_resume_continues_where_it_stopped(tmp_path):
     run_dir = str(tmp_path / "run")
     first = run_cli("--batch-size", "3", "--updates", "2", "--workers", "1", "--seed", "4", "--run-dir", run_dir)
@@ -131,7 +132,7 @@ def stop_pool(trainer):
         ray.kill(actor)
 
 
-@pytest.mark.ray
+@pytest.mark.slow
 def test_same_seed_same_episodes_whatever_the_worker_count(local_ray, tmp_path):
     one = one_update(tmp_path, workers=1, seed=11)
     two = one_update(tmp_path, workers=2, seed=11)
@@ -142,7 +143,7 @@ def test_same_seed_same_episodes_whatever_the_worker_count(local_ray, tmp_path):
     assert other["episode_steps"] != one["episode_steps"]
 
 
-@pytest.mark.ray
+@pytest.mark.slow
 def test_gradients_reach_the_driver_once_per_node(local_ray, tmp_path):
     """Two actors on one node: the driver receives one gradient, not two and not one per episode."""
     cfg = config.Config(batch_size=6, updates=1, workers="2", seed=1, run_dir=str(tmp_path / "run"))
@@ -156,3 +157,34 @@ def test_gradients_reach_the_driver_once_per_node(local_ray, tmp_path):
     assert rec["driver_bytes"] % 4 == 0 and rec["driver_bytes"] > width
     assert dataclasses.asdict(cfg)["batch_size"] == rec["episodes"]
     stop_pool(trainer)
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_the_last_update_and_says_so(tmp_path):
+    """What `ray job stop` does: SIGTERM mid-run saves the last finished update, then a done line."""
+    run_dir = tmp_path / "run"
+    env = dict(os.environ, RAY_ADDRESS="local", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgpong.train", "--batch-size", "2", "--updates", "0", "--checkpoint-every", "1000",
+         "--workers", "1", "--run-dir", str(run_dir)],
+        cwd=JOB_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        out = []
+        for line in proc.stdout:
+            out.append(line)
+            if line.startswith("update=2 "):
+                break
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    out = "".join(out) + rest
+    assert proc.returncode == 0, out
+    stopping = lines(out, "stopping ")
+    assert stopping and stopping[0]["signal"] == "SIGTERM"
+    done = lines(out, "done ")[0]
+    saved = int(done["last_update"])
+    assert saved >= 2 and done["stopped"] == "SIGTERM"
+    assert os.path.basename(done["checkpoint"]) == f"ckpt-{saved:06d}.npz"
+    assert [m["update"] for m in metrics(run_dir)] == list(range(1, saved + 1))

@@ -50,15 +50,15 @@ def fail(message):
     sys.exit(2)
 
 
-def kv(**fields):
-    """One log line of key=value pairs, in the order given."""
+def kv(*words, **fields):
+    """One log line: the bare words, then key=value pairs in the order given."""
 
     def fmt(v):
         if isinstance(v, float):
             return f"{v:.4g}" if abs(v) < 1e4 else f"{v:.0f}"
         return str(v)
 
-    return " ".join(f"{k}={fmt(v)}" for k, v in fields.items())
+    return " ".join([*words, *(f"{k}={fmt(v)}" for k, v in fields.items())])
 
 
 @dataclasses.dataclass
@@ -222,13 +222,15 @@ class Trainer:
                 self.out(kv(**rec))
         except Stopped as e:
             reason = str(e)
-            self.out(kv(stopping=reason, dropped_update=s.update + 1, resume_from_update=s.update))
+            self.out(kv("stopping", signal=reason, dropped_update=s.update + 1, resume_from_update=s.update))
         if s.update > 0 and self.saved != s.update:
             self.save()
         latest = checkpoint.checkpoints(cfg.run_dir)
         seconds = time.perf_counter() - started
         steps = sum(r["env_steps"] for r in self.records)
         line = kv(
+            "done",
+            *([] if reason == "finished" else [f"stopped={reason}"]),
             updates=s.update - first,
             episodes=sum(r["episodes"] for r in self.records),
             env_steps=steps,
@@ -240,7 +242,7 @@ class Trainer:
             episodes_by_node=",".join(f"{n[:8]}:{c}" for n, c in sorted(self.episodes_by_node.items())),
             checkpoint=latest[0] if latest else "none",
         )
-        self.out(("done " if reason == "finished" else f"done stopped={reason} ") + line)
+        self.out(line)
         return self.records
 
 
@@ -283,7 +285,8 @@ def main(argv=None):
     blas_threads = max(d["blas_threads"] for d in info)
     print(
         kv(
-            start=json.dumps(dataclasses.asdict(cfg), separators=(",", ":")),
+            "start",
+            config=json.dumps(dataclasses.asdict(cfg), separators=(",", ":")),
             cluster_nodes=len(ray.nodes()),
             cluster_cpus=cpus,
             workers=len(info),
@@ -293,7 +296,8 @@ def main(argv=None):
             resumed_at_update=state.update if resumed else 0,
             ray=ray.__version__,
             numpy=np.__version__,
-        ).replace("start=", "start config=", 1)
+        ),
+        flush=True,
     )
     if blas_threads > 1:
         print(
