@@ -35,12 +35,12 @@ def metrics(run_dir):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--batch-size", "0"], "--batch-size must be a whole number >= 1, not '0'"),
-        (["--batch-size", "-3"], "--batch-size must be a whole number >= 1, not '-3'"),
-        (["--updates", "ten"], "--updates must be a whole number >= 0, not 'ten'"),
-        (["--workers", "0"], "--workers must be 'auto' or a whole number >= 1, not '0'"),
-        (["--learning-rate", "nan"], "--learning-rate must be a number > 0, not 'nan'"),
-        (["--checkpoint-every", "1.5"], "--checkpoint-every must be a whole number >= 1, not '1.5'"),
+        (["--batch-size", "0"], "argument --batch-size: must be a whole number >= 1, not '0'"),
+        (["--batch-size", "-3"], "argument --batch-size: must be a whole number >= 1, not '-3'"),
+        (["--updates", "ten"], "argument --updates: must be a whole number >= 0, not 'ten'"),
+        (["--workers", "0"], "argument --workers: must be 'auto' or a whole number >= 1, not '0'"),
+        (["--learning-rate", "nan"], "argument --learning-rate: must be a number > 0, not 'nan'"),
+        (["--checkpoint-every", "1.5"], "argument --checkpoint-every: must be a whole number >= 1, not '1.5'"),
         (["--bogus", "1"], "unrecognized arguments: --bogus 1"),
         (["--env", "NoSuchGame-v9"], "unknown env id 'NoSuchGame-v9'"),
         (["--env", "CartPole-v1"], "is not an Atari (ALE) env"),

@@ -69,14 +69,13 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def _checked(name, convert, wanted):
+def _checked(convert, wanted):
     def parse(text):
         try:
             return convert(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"--{name.replace('_', '-')} must be {wanted}, not {text!r}") from None
+            raise argparse.ArgumentTypeError(f"must be {wanted}, not {text!r}") from None
 
-    parse.__name__ = name  # argparse names the type in some messages
     return parse
 
 
@@ -86,9 +85,9 @@ def parser(prog="python -m pgpong.train"):
         convert, wanted = _TYPES.get(f.name, (str, "text"))
         p.add_argument(
             "--" + f.name.replace("_", "-"),
-            type=_checked(f.name, convert, wanted),
+            type=_checked(convert, wanted),
             default=f.default,
-            help=f"{f.metadata['help']} (default: {f.default!r})",
+            help=f.metadata["help"] + (f" (default: {f.default})" if f.default != "" else ""),
         )
     return p
 
