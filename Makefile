@@ -1,0 +1,169 @@
+# The front door: set up, run locally, launch a cluster, submit jobs, test.
+# `make help` lists every target. Override any variable below on the command line:
+#   make submit JOB=pong ARGS="--batch-size 10 --updates 0"
+#   make logs ID=pong-20250101-120000
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+MAKEFLAGS += --no-print-directory
+
+# Cluster launcher config for up/down/dashboard.
+CLUSTER ?= cluster/aws.yaml
+# A folder under job/: what Ray ships and runs.
+JOB ?= pong
+# Extra arguments for the job's trainer, e.g. ARGS="--updates 10".
+ARGS ?=
+# The virtualenv every target runs from, and the Python that creates it.
+VENV ?= .venv
+PYTHON ?= python3
+# Dashboard (Jobs API) address of the cluster that jobs go to. 8265 is both the local
+# head (make local-up) and a cloud head forwarded by `make dashboard`.
+RAY_ADDRESS ?= http://127.0.0.1:8265
+# Where `make submit` records the latest submission id; ID defaults to it.
+LAST_JOB_FILE ?= .last-job
+ID ?= $(shell cat $(LAST_JOB_FILE) 2>/dev/null)
+# Trainer arguments for `make demo`: small enough to finish in well under a minute.
+DEMO_ARGS ?= --batch-size 4 --updates 2
+# The dashboard of the local head that cluster/local-ray.sh starts (Ray's default port).
+LOCAL_ADDRESS := http://127.0.0.1:8265
+
+# Turns the words of `ray job status` into the status name: SUCCEEDED, FAILED, RUNNING...
+STATUS_WORD := -e "s/.*Job '[^']*' succeeded.*/SUCCEEDED/p" -e "s/.*Job '[^']*' failed.*/FAILED/p" \
+  -e "s/.*Job '[^']*' was stopped.*/STOPPED/p" -e "s/.*Status for job '[^']*': \([A-Z]*\).*/\1/p"
+
+BIN := $(abspath $(VENV))/bin
+# Touched after a successful install; reinstalls when a requirements file changes.
+INSTALLED := $(VENV)/.installed
+# The job's package is the folder inside job/$(JOB) that has a train module.
+PACKAGE = $(notdir $(patsubst %/train.py,%,$(wildcard job/$(JOB)/*/train.py)))
+JOBS = $(notdir $(patsubst %/,%,$(dir $(patsubst %/,%,$(dir $(wildcard job/*/*/train.py))))))
+
+# Every command below finds the venv's python and ray first, talks to clusters with
+# token authentication, and gets the thread presets (infra/threads.env is KEY=VALUE).
+export PATH := $(BIN):$(PATH)
+export RAY_AUTH_MODE := token
+include infra/threads.env
+export $(shell sed -n 's/^\([A-Z_][A-Z0-9_]*\)=.*/\1/p' infra/threads.env)
+
+# One-line checks shared by several targets.
+define need-token
+if [[ -z "$${RAY_AUTH_TOKEN:-}" && ! -s "$${RAY_AUTH_TOKEN_PATH:-$$HOME/.ray/auth_token}" ]]; then \
+  echo "make: no Ray auth token at $${RAY_AUTH_TOKEN_PATH:-~/.ray/auth_token}; copy the cluster's token there (README, Token authentication)" >&2; exit 1; fi
+endef
+define need-id
+if [[ -z "$(ID)" ]]; then \
+  echo "make: no submission recorded in $(LAST_JOB_FILE); run \`make submit\` first or pass ID=<submission id>" >&2; exit 1; fi
+endef
+define need-cluster-file
+if [[ ! -f "$(CLUSTER)" ]]; then \
+  echo "make: cluster config $(CLUSTER) does not exist; pass CLUSTER=<file.yaml>" >&2; exit 1; fi
+endef
+define need-job
+if [[ -z "$(PACKAGE)" ]]; then \
+  echo "make: unknown job '$(JOB)'; the jobs under job/ are: $(JOBS)" >&2; exit 1; fi
+endef
+
+##@ Start here
+
+.PHONY: help
+help: ## Show this list
+	@awk 'BEGIN {FS = ":.*## "} \
+	  /^##@/ {printf "\n\033[1m%s\033[0m\n", substr($$0, 5)} \
+	  /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-13s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@echo
+	@echo "Variables: JOB=$(JOB) ARGS='$(ARGS)' CLUSTER=$(CLUSTER) RAY_ADDRESS=$(RAY_ADDRESS) VENV=$(VENV)"
+
+.PHONY: setup
+setup: $(INSTALLED) ## Create the venv from requirements-dev.txt (again when a requirements file changes)
+
+$(INSTALLED): requirements.txt requirements-dev.txt
+	@if [[ ! -x $(VENV)/bin/python ]]; then \
+	  $(PYTHON) -m venv $(VENV) || { echo "make: '$(PYTHON) -m venv' failed; install Python 3.11 with its venv module (Debian: apt-get install python3-venv)" >&2; exit 1; }; \
+	fi
+	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	@touch $@
+
+.PHONY: demo
+demo: $(INSTALLED) ## Start the local cluster, submit a small pong run, follow it to the end
+	@$(MAKE) local-up
+	@$(MAKE) submit JOB=pong ARGS="$(DEMO_ARGS)" RAY_ADDRESS=$(LOCAL_ADDRESS)
+	@id="$$(cat $(LAST_JOB_FILE))"; log="$$(mktemp)"; trap 'rm -f "$$log"' EXIT; \
+	ray job logs --address $(LOCAL_ADDRESS) --follow "$$id" | tee "$$log" || true; \
+	status="$$(ray job status --address $(LOCAL_ADDRESS) "$$id" 2>&1 | sed -n $(STATUS_WORD) | head -1)"; \
+	echo "demo: job=$$id status=$$status"; \
+	echo "demo: the local Ray cluster is still running (dashboard $(LOCAL_ADDRESS)); stop it with: make local-down"; \
+	if [[ "$$status" != SUCCEEDED ]]; then echo "demo: the job did not succeed; its logs are above" >&2; exit 1; fi; \
+	if ! grep -q '^done ' "$$log"; then echo "demo: the job succeeded but printed no 'done' line" >&2; exit 1; fi
+
+.PHONY: test
+test: $(INSTALLED) ## Run the whole test suite, including the real two-node cluster tests (a few minutes)
+	python -m pytest
+
+##@ Local cluster (this machine)
+
+.PHONY: local-up
+local-up: $(INSTALLED) ## Start a Ray head here with token auth unless one runs (dashboard 127.0.0.1:8265)
+	@VENV=$(VENV) cluster/local-ray.sh up
+
+.PHONY: local-status
+local-status: $(INSTALLED) ## Say whether the local head runs, and show `ray status`
+	@VENV=$(VENV) cluster/local-ray.sh status
+
+.PHONY: local-down
+local-down: $(INSTALLED) ## Stop the local cluster (`ray stop`: every Ray process of yours here)
+	@VENV=$(VENV) cluster/local-ray.sh down
+
+##@ Cloud cluster (the launcher config CLUSTER, default cluster/aws.yaml)
+
+.PHONY: up
+up: $(INSTALLED) ## Launch or update the cluster: ray up -y CLUSTER
+	@$(need-cluster-file)
+	ray up -y $(CLUSTER)
+
+.PHONY: dashboard
+dashboard: $(INSTALLED) ## Forward the cluster's dashboard to 127.0.0.1:8265 (keep it running)
+	@$(need-cluster-file)
+	ray dashboard $(CLUSTER)
+
+.PHONY: down
+down: $(INSTALLED) ## Tear the cluster down: ray down -y CLUSTER
+	@$(need-cluster-file)
+	ray down -y $(CLUSTER)
+
+##@ Jobs (on the cluster at RAY_ADDRESS)
+
+.PHONY: submit
+submit: $(INSTALLED) ## Submit job/JOB with ARGS; prints its id and the commands to follow it
+	@RAY_ADDRESS=$(RAY_ADDRESS) LAST_JOB_FILE=$(LAST_JOB_FILE) python job/submit.py $(JOB) -- $(ARGS)
+
+.PHONY: logs
+logs: $(INSTALLED) ## Follow the logs of the latest submission (or ID=...) until it ends
+	@$(need-id); $(need-token)
+	ray job logs --address $(RAY_ADDRESS) --follow $(ID)
+
+.PHONY: status
+status: $(INSTALLED) ## Show the status of the latest submission (or ID=...)
+	@$(need-id); $(need-token)
+	ray job status --address $(RAY_ADDRESS) $(ID)
+
+.PHONY: list
+list: $(INSTALLED) ## List every job the cluster knows
+	@$(need-token)
+	ray list jobs --address $(RAY_ADDRESS)
+
+.PHONY: stop-job
+stop-job: $(INSTALLED) ## Stop the latest submission (or ID=...)
+	@$(need-id); $(need-token)
+	ray job stop --address $(RAY_ADDRESS) $(ID)
+
+##@ Without a cluster
+
+.PHONY: train
+train: $(INSTALLED) ## Train without Ray Jobs: cd job/JOB && python -m <package>.train ARGS
+	@$(need-job)
+	cd job/$(JOB) && env -u RAY_ADDRESS python -m $(PACKAGE).train $(ARGS)
+
+.PHONY: bench
+bench: $(INSTALLED) ## Benchmark pong: cd job/pong && python -m pgpong.bench ARGS
+	cd job/pong && env -u RAY_ADDRESS python -m pgpong.bench $(ARGS)

@@ -1,0 +1,198 @@
+"""A real two-node Ray cluster on this machine, shared by the tests that need one.
+
+It is kept apart from anything else running here (a `make local-up` head, a user's
+own Ray) by its own free ports, its own temp dirs and its own token file. Teardown
+kills every process of this cluster, and only those: its two Unix sessions, and job
+drivers found by the cluster's environment. It runs even when a test or the startup
+fails. (`ray stop` is not used: it stops every Ray process on the machine.)
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+RAY = str(VENV_BIN / "ray")
+START_TIMEOUT_S = 90
+
+
+def read_env_file(path):
+    env = {}
+    for line in Path(path).read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            env[key.strip()] = value.strip()
+    return env
+
+
+THREADS = read_env_file(REPO / "infra" / "threads.env")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def clean_env(**extra):
+    """This process's environment without any Ray client settings, plus extra."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    for key in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL"):  # when run from `make test`
+        env.pop(key, None)
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.update(extra)
+    return env
+
+
+def cluster_processes(session_ids, marker):
+    """Pids of live (non-zombie) processes of one test cluster.
+
+    `ray start` ran in new Unix sessions, which its daemons and workers keep. Job
+    drivers get a session of their own, but inherit the cluster's environment, where
+    marker (the cluster's private token path) appears.
+    """
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            # Fields after the ")" that ends the command name: state ppid pgrp session ...
+            fields = stat.rsplit(")", 1)[1].split()
+            if fields[0] == "Z":
+                continue
+            if int(fields[3]) in session_ids or marker in (entry / "environ").read_bytes():
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def kill_cluster(session_ids, marker, grace_s=5.0):
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in cluster_processes(session_ids, marker):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace_s
+        while cluster_processes(session_ids, marker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+
+@dataclass
+class Cluster:
+    address: str  # dashboard / Jobs API, what RAY_ADDRESS points at
+    gcs_address: str
+    token_path: Path
+
+    @property
+    def token(self):
+        return self.token_path.read_text().strip()
+
+    def client_env(self, **extra):
+        """Environment for a client of this cluster, the way a user would set it."""
+        settings = {"RAY_ADDRESS": self.address, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(self.token_path)}
+        return clean_env(**{**settings, **extra})
+
+    def get(self, path, token=True):
+        request = urllib.request.Request(self.address + path)
+        if token:
+            request.add_header("Authorization", "Bearer " + self.token)
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+
+    def job_ids(self):
+        return {job.get("submission_id") for job in self.get("/api/jobs/")}
+
+    def alive_nodes(self):
+        nodes = self.get("/api/v0/nodes?detail=false&limit=100")["data"]["result"]["result"]
+        return [n for n in nodes if n.get("state") == "ALIVE"]
+
+
+def start_node(args, env, log):
+    """Run `ray start ...` in a new Unix session; returns that session's id."""
+    proc = subprocess.Popen(
+        [RAY, "start", *args], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    if proc.wait(timeout=START_TIMEOUT_S) != 0:
+        raise RuntimeError(f"`ray start {' '.join(args)}` failed; see {log.name}")
+    return proc.pid
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A head (1 CPU) and a second node (1 CPU) with token auth and the thread presets."""
+    # Short path: Ray puts Unix sockets under it, and their paths are limited to 107 bytes.
+    temp_dir = Path(tempfile.mkdtemp(prefix="raytest-", dir="/tmp"))
+    token_path = temp_dir / "auth_token"
+    token_path.write_text(uuid.uuid4().hex)
+    gcs_port, dashboard_port = free_port(), free_port()
+    env = clean_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_path), **THREADS)
+    # Each node gets its own --temp-dir: nodes that share one also share the folder where
+    # each unpacks the job's working dir, and one node re-unpacking it under the other's
+    # running driver makes that driver's imports fail at random.
+    common = ["--num-cpus=1", "--object-store-memory=200000000", "--disable-usage-stats"]
+    cluster = Cluster(
+        address=f"http://127.0.0.1:{dashboard_port}",
+        gcs_address=f"127.0.0.1:{gcs_port}",
+        token_path=token_path,
+    )
+    sessions = []
+    log = open(temp_dir / "ray-start.log", "w")
+    try:
+        head = [
+            "--head",
+            f"--port={gcs_port}",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={dashboard_port}",
+            f"--ray-client-server-port={free_port()}",
+            f"--dashboard-agent-listen-port={free_port()}",
+        ]
+        sessions.append(start_node(head + common + [f"--temp-dir={temp_dir / 'head'}"], env, log))
+        worker = [
+            f"--address={cluster.gcs_address}",
+            f"--dashboard-agent-listen-port={free_port()}",
+            f"--temp-dir={temp_dir / 'node2'}",
+        ]
+        sessions.append(start_node(worker + common, env, log))
+
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            try:
+                if len(cluster.alive_nodes()) == 2:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the test cluster did not show 2 alive nodes in {START_TIMEOUT_S}s")
+            time.sleep(1)
+        yield cluster
+    finally:
+        marker = f"RAY_AUTH_TOKEN_PATH={token_path}".encode()
+        kill_cluster(sessions, marker)
+        log.close()
+        left = cluster_processes(sessions, marker)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        assert not left, f"Ray processes survived teardown: {left}"
+
+
+def run(command, env, timeout=300, cwd=REPO):
+    """Run a command to completion; returns the CompletedProcess with text output."""
+    return subprocess.run(
+        command, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )

@@ -1,0 +1,57 @@
+"""The whole path a user takes: `make submit` to a real two-node cluster, follow the
+logs, and check the job succeeded with rollouts on both nodes."""
+
+import re
+import time
+
+import pytest
+
+from conftest import RAY, run
+
+JOB_TIMEOUT_S = 600
+
+
+def key_values(line):
+    """{'updates': '2', ...} from a log line 'done updates=2 ...'."""
+    return dict(part.split("=", 1) for part in line.split() if "=" in part)
+
+
+@pytest.mark.slow
+def test_pong_job_on_two_nodes(ray_cluster, tmp_path):
+    last = tmp_path / "last-job"
+    env = ray_cluster.client_env(LAST_JOB_FILE=str(last))
+    # The cluster shares this machine, so the run dir can be a test temp dir.
+    args = f"--batch-size 4 --updates 2 --run-dir {tmp_path / 'run'}"
+
+    submitted = run(["make", "submit", "JOB=pong", f"ARGS={args}"], env, timeout=120)
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    job_id = last.read_text().strip()
+    assert re.fullmatch(r"pong-\d{8}-\d{6}", job_id), job_id
+    for follow_up in (f"ray job logs {job_id} --follow", "make logs", "make stop-job"):
+        assert follow_up in submitted.stdout, submitted.stdout
+
+    # `make logs` is `ray job logs --follow` on the recorded id; it returns when the job ends.
+    logs = run(["make", "logs"], env, timeout=JOB_TIMEOUT_S)
+    assert logs.returncode == 0, logs.stdout + logs.stderr
+    lines = logs.stdout.splitlines()
+    done = [l for l in lines if l.startswith("done ")]
+    start = [l for l in lines if l.startswith("start ")]
+    assert done and start, logs.stdout[-3000:] + logs.stderr[-3000:]
+
+    status = ""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        status = run([RAY, "job", "status", job_id], env).stdout
+        # `ray job status` words a finished job as "Job '<id>' succeeded|failed|was stopped".
+        if re.search(rf"Job '{job_id}' (succeeded|failed|was stopped)", status):
+            break
+        time.sleep(1)
+    assert f"Job '{job_id}' succeeded" in status, status + logs.stdout[-3000:]
+
+    start_fields, done_fields = key_values(start[0]), key_values(done[-1])
+    assert start_fields["blas_threads"] == "1", start[0]
+    assert done_fields["updates"] == "2", done[-1]
+    assert done_fields["nodes"] == "2", done[-1]
+    by_node = dict(pair.split(":") for pair in done_fields["episodes_by_node"].split(","))
+    assert len(by_node) == 2 and all(int(n) > 0 for n in by_node.values()), done[-1]
+    assert sum(int(n) for n in by_node.values()) == int(done_fields["episodes"]) == 8, done[-1]

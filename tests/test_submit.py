@@ -1,0 +1,95 @@
+"""What `make submit` says when the user gets something wrong, and that the cluster
+refuses anyone without its token. Each mistake must give one plain line, no traceback,
+and must not create a job."""
+
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import RAY, clean_env, free_port, run
+
+
+def error_line(result):
+    """The line submit printed (make adds its own '*** Error' line after it)."""
+    lines = [l for l in result.stderr.splitlines() if l.startswith("submit: ")]
+    assert len(lines) == 1, f"want one 'submit:' line, got:\n{result.stdout}{result.stderr}"
+    return lines[0]
+
+
+def assert_no_traceback(result):
+    assert "Traceback" not in result.stdout + result.stderr, result.stdout + result.stderr
+
+
+@pytest.mark.slow  # needs the two-node cluster (about 10 s to start, once per session)
+def test_unknown_job_lists_the_jobs_and_submits_nothing(ray_cluster, tmp_path):
+    last = tmp_path / "last-job"
+    before = ray_cluster.job_ids()
+    result = run(["make", "submit", "JOB=nope"], ray_cluster.client_env(LAST_JOB_FILE=str(last)))
+    assert result.returncode != 0
+    assert_no_traceback(result)
+    line = error_line(result)
+    assert "unknown job 'nope'" in line and "pong" in line, line
+    assert not last.exists()
+    assert ray_cluster.job_ids() == before
+
+
+def test_no_cluster_names_the_command_that_starts_one(tmp_path):
+    nobody = f"http://127.0.0.1:{free_port()}"
+    env = clean_env(RAY_ADDRESS=nobody, LAST_JOB_FILE=str(tmp_path / "last-job"))
+    result = run(["make", "submit", "JOB=pong"], env, timeout=60)
+    assert result.returncode != 0
+    assert_no_traceback(result)
+    line = error_line(result)
+    assert nobody in line and "make local-up" in line and "make up" in line and "make dashboard" in line, line
+
+
+@pytest.mark.slow  # needs the two-node cluster (about 10 s to start, once per session)
+def test_missing_token_file_is_one_line(ray_cluster, tmp_path):
+    missing = tmp_path / "no-such-token"
+    env = ray_cluster.client_env(RAY_AUTH_TOKEN_PATH=str(missing), LAST_JOB_FILE=str(tmp_path / "last-job"))
+    result = run(["make", "submit", "JOB=pong"], env, timeout=60)
+    assert result.returncode != 0
+    assert_no_traceback(result)
+    line = error_line(result)
+    assert "requires a token" in line and str(missing) in line, line
+
+
+@pytest.mark.slow  # needs the two-node cluster (about 10 s to start, once per session)
+def test_wrong_token_is_one_line(ray_cluster, tmp_path):
+    wrong = tmp_path / "wrong-token"
+    wrong.write_text("not-the-cluster-token")
+    before = ray_cluster.job_ids()
+    env = ray_cluster.client_env(RAY_AUTH_TOKEN_PATH=str(wrong), LAST_JOB_FILE=str(tmp_path / "last-job"))
+    result = run(["make", "submit", "JOB=pong"], env, timeout=60)
+    assert result.returncode != 0
+    assert_no_traceback(result)
+    assert "rejected the token" in error_line(result)
+    assert ray_cluster.job_ids() == before
+
+
+@pytest.mark.slow  # needs the two-node cluster (about 10 s to start, once per session)
+def test_submission_without_token_gets_401_and_creates_no_job(ray_cluster):
+    before = ray_cluster.job_ids()
+
+    # The Jobs REST API itself, as any HTTP client on the network would call it.
+    body = json.dumps({"entrypoint": "echo pwned", "submission_id": "no-token-http"}).encode()
+    request = urllib.request.Request(
+        ray_cluster.address + "/api/jobs/", data=body, method="POST",
+        headers={"Content-Type": "application/json"},
+    )  # fmt: skip
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 401
+
+    # The real Ray CLI with token auth switched off on the client, so it sends no token.
+    env = clean_env(RAY_ADDRESS=ray_cluster.address, RAY_AUTH_MODE="disabled")
+    cli = run([RAY, "job", "submit", "--submission-id", "no-token-cli", "--no-wait", "--", "echo", "pwned"], env)
+    assert cli.returncode != 0
+    # The CLI words the server's 401 as "Authentication required: Unauthorized: ...".
+    assert "Unauthorized" in cli.stdout + cli.stderr, cli.stdout + cli.stderr
+
+    after = ray_cluster.job_ids()
+    assert after == before
+    assert not {"no-token-http", "no-token-cli"} & after
