@@ -126,10 +126,7 @@ def one_update(tmp_path, workers, seed):
 
 
 def stop_pool(trainer):
-    import ray
-
-    for actor in trainer.pool.actors:
-        ray.kill(actor)
+    trainer.pool.shutdown()
 
 
 @pytest.mark.slow

@@ -25,6 +25,7 @@ import numpy as np
 import ray
 
 from . import checkpoint, config, policy, rollout, textbook, train
+from .logline import kv
 
 TARGET_VS_RAW = 0.90
 TARGET_VS_TEXTBOOK = 3.0
@@ -76,8 +77,7 @@ def bench_trainer(env_id, workers, batch_size, run_dir):
     trainer = train.Trainer(cfg, state, out=lambda line: None)
     trainer.start_pool()
     rec = trainer.run()[0]
-    for actor in trainer.pool.actors:
-        ray.kill(actor)  # give their CPUs back
+    trainer.pool.shutdown()  # give their CPUs back
     total = rec["seconds"] + rec["checkpoint_s"]
     return {"phase": "trainer", "workers": workers, "batch_size": batch_size, "env_steps": rec["env_steps"],
             "seconds": total, "env_steps_per_s_per_core": rec["env_steps"] / total / workers,
@@ -117,7 +117,7 @@ def main(argv=None):
     rollout.check_env_id(args.env)
     ray.init(address=os.environ.get("RAY_ADDRESS", "local"), logging_level="warning")
     workers = args.workers or int(ray.cluster_resources()["CPU"])
-    print(train.kv("bench", "start", env=args.env, workers=workers, cpus=os.cpu_count(), batch_size=args.batch_size,
+    print(kv("bench", "start", env=args.env, workers=workers, cpus=os.cpu_count(), batch_size=args.batch_size,
                    ray=ray.__version__, numpy=np.__version__), flush=True)  # fmt: skip
     # The raw emulator runs half before and half after the trainer, so a drift in the
     # machine's speed (another process, thermal limits) weighs on both sides alike.
@@ -131,14 +131,14 @@ def main(argv=None):
     raw = {"phase": "raw_emulator", "workers": workers, "env_steps": steps, "seconds": core_seconds / workers,
            "env_steps_per_s_per_core": steps / core_seconds, "before": before[0] / before[1],
            "after": after[0] / after[1]}  # fmt: skip
-    print(train.kv("bench", **raw), flush=True)
-    print(train.kv("bench", **trained), flush=True)
+    print(kv("bench", **raw), flush=True)
+    print(kv("bench", **trained), flush=True)
     book = bench_textbook(args.env, workers, args.textbook_episodes or 4 * workers)
-    print(train.kv("bench", **book), flush=True)
+    print(kv("bench", **book), flush=True)
     vs_raw = trained["env_steps_per_s_per_core"] / raw["env_steps_per_s_per_core"]
     vs_book = trained["env_steps_per_s_per_core"] / book["env_steps_per_s_per_core"]
     ok = vs_raw >= TARGET_VS_RAW and vs_book >= TARGET_VS_TEXTBOOK
-    print(train.kv("bench", "summary", trainer_vs_raw=vs_raw, target_vs_raw=TARGET_VS_RAW, trainer_vs_textbook=vs_book,
+    print(kv("bench", "summary", trainer_vs_raw=vs_raw, target_vs_raw=TARGET_VS_RAW, trainer_vs_textbook=vs_book,
                    target_vs_textbook=TARGET_VS_TEXTBOOK, verdict="PASS" if ok else "FAIL"), flush=True)  # fmt: skip
     return 0 if ok else 1
 

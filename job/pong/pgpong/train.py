@@ -14,7 +14,6 @@ episodes it ran, the actors of each node fold their sums into one, and the
 driver adds one gradient per node and takes an RMSProp step.
 """
 
-import collections
 import dataclasses
 import json
 import os
@@ -25,8 +24,7 @@ import time
 import numpy as np
 
 from . import checkpoint, config, policy, rollout
-
-ACTOR_START_TIMEOUT_S = 300
+from .logline import kv
 
 
 class Stopped(Exception):
@@ -50,124 +48,48 @@ def fail(message):
     sys.exit(2)
 
 
-def kv(*words, **fields):
-    """One log line: the bare words, then key=value pairs in the order given."""
-
-    def fmt(v):
-        if isinstance(v, float):
-            return f"{v:.4g}" if abs(v) < 1e4 else f"{v:.0f}"
-        return str(v)
-
-    return " ".join([*words, *(f"{k}={fmt(v)}" for k, v in fields.items())])
-
-
-@dataclasses.dataclass
-class Pool:
-    """The rollout actors and the node each one lives on."""
-
-    actors: list
-    nodes: dict  # actor index -> node id
-
-    def by_node(self):
-        groups = collections.defaultdict(list)
-        for i, actor in enumerate(self.actors):
-            groups[self.nodes[i]].append(actor)
-        return groups
-
-
 class Trainer:
     def __init__(self, cfg, state, out=print):
         self.cfg = cfg
         self.state = state
         self.out = out
         self.records = []
-        self.episodes_by_node = collections.Counter()
 
     # -- pool ----------------------------------------------------------------
 
     def start_pool(self):
+        """Start the rollout actors; returns (cluster CPUs, one description per actor)."""
         import ray
 
-        from .workers import Worker
+        from .pool import PoolError, RolloutPool
 
         cpus = int(ray.cluster_resources().get("CPU", 0))
         wanted = cpus if self.cfg.workers == "auto" else int(self.cfg.workers)
         if wanted > cpus:
             fail(f"--workers {wanted} is more than the cluster's {cpus} CPUs; use --workers auto or fewer")
-        n = max(1, min(wanted, self.cfg.batch_size))  # more actors than episodes would sit idle
-        actors = [Worker.remote(self.cfg.env) for _ in range(n)]
-        pending = [a.describe.remote() for a in actors]
-        ready, _ = ray.wait(pending, num_returns=n, timeout=ACTOR_START_TIMEOUT_S)
-        if len(ready) < n:
-            fail(f"only {len(ready)} of {n} rollout actors started in {ACTOR_START_TIMEOUT_S}s; are CPUs busy?")
-        info = ray.get(pending)
-        self.pool = Pool(actors, {i: d["node"] for i, d in enumerate(info)})
-        return cpus, info
-
-    # -- one update ------------------------------------------------------------
-
-    def rollouts(self, update):
-        """Run batch_size episodes, each handed to whichever actor is idle. Returns results by index."""
-        import ray
-
-        weights = ray.put(self.state.params)
-        for a in self.pool.actors:
-            a.set_weights.remote(weights)
-        todo = collections.deque(range(self.cfg.batch_size))
-        running = {}
-
-        def hand_out(i):
-            ep = todo.popleft()
-            running[self.pool.actors[i].play.remote(self.cfg.seed, update, ep)] = i
-
-        for i in range(min(len(self.pool.actors), len(todo))):
-            hand_out(i)
-        results = [None] * self.cfg.batch_size
-        while running:
-            ready, _ = ray.wait(list(running), num_returns=1, timeout=1.0)  # timeout: let signals in
-            check_stop()
-            for ref, res in zip(ready, ray.get(ready)):
-                i = running.pop(ref)
-                results[res.episode] = res
-                self.episodes_by_node[self.pool.nodes[i]] += 1
-                if todo:
-                    hand_out(i)
-        return results
-
-    def reduce(self):
-        """One gradient per node, summed on the driver into dense arrays. Returns (grads, bytes)."""
-        import ray
-
-        refs = []
-        for actors in self.pool.by_node().values():
-            leader, rest = actors[0], actors[1:]
-            refs.append(leader.combine.remote(*[a.take_gradient.remote() for a in rest]))
-        w1 = self.state.params["W1"]
-        gw1t = np.zeros((w1.shape[1], w1.shape[0]), dtype=np.float32)
-        gw2 = np.zeros(w1.shape[0], dtype=np.float32)
-        touched = np.zeros(w1.shape[1], dtype=np.bool_)
-        nbytes = 0
-        for grad in ray.get(refs):
-            rollout.add_sparse(gw1t, gw2, touched, grad)
-            nbytes += rollout.grad_nbytes(grad)
-        return {"W1": gw1t.T, "W2": gw2}, nbytes
+        size = max(1, min(wanted, self.cfg.batch_size))  # more actors than episodes would sit idle
+        try:
+            self.pool = RolloutPool(self.cfg.env, size, out=self.out)
+        except PoolError as e:
+            fail(str(e))
+        return cpus, self.pool.info
 
     def step(self):
         s = self.state
         update = s.update + 1
         t0 = time.perf_counter()
-        results = self.rollouts(update)
+        results, grads, nbytes, rollout_s, reduce_s = self.pool.run_update(
+            s.params, self.cfg.seed, update, self.cfg.batch_size, check_stop
+        )
         t1 = time.perf_counter()
-        grads, nbytes = self.reduce()
-        t2 = time.perf_counter()
         policy.rmsprop_step(s.params, grads, s.cache, self.cfg.learning_rate)
-        t3 = time.perf_counter()
+        t2 = time.perf_counter()
         rewards = np.array([r.reward for r in results])
         steps = int(sum(r.steps for r in results))
         for r in rewards:  # in episode order, so it does not depend on the actors
             s.running_reward = float(r) if s.running_reward is None else s.running_reward * 0.99 + float(r) * 0.01
         s.update, s.episodes, s.env_steps = update, s.episodes + len(results), s.env_steps + steps
-        seconds = t3 - t0
+        seconds = t2 - t0
         s.seconds += seconds
         self.last_results = results
         return {
@@ -181,9 +103,9 @@ class Trainer:
             "episode_len_mean": steps / len(results),
             "seconds": seconds,
             "env_steps_per_s": steps / seconds,
-            "rollout_s": t1 - t0,
-            "reduce_s": t2 - t1,
-            "update_s": t3 - t2,
+            "rollout_s": rollout_s,
+            "reduce_s": reduce_s,
+            "update_s": t2 - t1,
             "driver_bytes": nbytes,
         }
 
@@ -238,8 +160,8 @@ class Trainer:
             env_steps_per_s=steps / seconds if seconds else 0.0,
             last_update=s.update,
             total_episodes=s.episodes,
-            nodes=len(self.episodes_by_node),
-            episodes_by_node=",".join(f"{n[:8]}:{c}" for n, c in sorted(self.episodes_by_node.items())),
+            nodes=len(self.pool.episodes_by_node),
+            episodes_by_node=",".join(f"{n[:8]}:{c}" for n, c in sorted(self.pool.episodes_by_node.items())),
             checkpoint=latest[0] if latest else "none",
         )
         self.out(line)

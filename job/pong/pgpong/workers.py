@@ -22,10 +22,14 @@ def blas_report():
     return threads, ",".join(f"{i['internal_api']}:{i['num_threads']}" for i in blas)
 
 
-@ray.remote(num_cpus=1)
+@ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=0)
 class Worker:
+    """One rollout process. Ray restarts it if it dies; the pool replays what it lost."""
+
     def __init__(self, env_id):
         self.learner = rollout.Learner(env_id)
+        self.node = ray.get_runtime_context().get_node_id()
+        self.update = None  # the update whose weights are loaded
         self.warm_up()
 
     def warm_up(self):
@@ -36,13 +40,18 @@ class Worker:
     def describe(self):
         threads, blas = blas_report()
         env = {k: os.environ.get(k, "") for k in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")}
-        return {"node": ray.get_runtime_context().get_node_id(), "blas_threads": threads, "blas": blas, "env": env}
+        return {"node": self.node, "pid": os.getpid(), "blas_threads": threads, "blas": blas, "env": env}
 
-    def set_weights(self, params):
-        self.learner.set_weights(params)
+    def play(self, weights, seed, update, episode):
+        """Play one episode into the running sum; `weights` is [ref], fetched once per update."""
+        if update != self.update:
+            self.learner.set_weights(ray.get(weights[0]))
+            self.update = update
+        return self.learner.play(seed, update, episode), self.node
 
-    def play(self, seed, update, episode):
-        return self.learner.play(seed, update, episode)
+    def discard(self):
+        """Drop the running sum (its episodes are being replayed elsewhere)."""
+        self.learner.take_gradient()
 
     def take_gradient(self):
         return self.learner.take_gradient()

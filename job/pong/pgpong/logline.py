@@ -1,0 +1,12 @@
+"""Log lines are `key=value` pairs, so `ray job logs` can be grepped and parsed."""
+
+
+def kv(*words, **fields):
+    """One log line: the bare words, then key=value pairs in the order given."""
+
+    def fmt(v):
+        if isinstance(v, float):
+            return f"{v:.4g}" if abs(v) < 1e4 else f"{v:.0f}"
+        return str(v)
+
+    return " ".join([*words, *(f"{k}={fmt(v)}" for k, v in fields.items())])

@@ -1,0 +1,156 @@
+"""The Ray edge of an update: the actor pool, episode hand-out, the per-node reduce, and faults.
+
+An update must sum the gradients of exactly `batch_size` episodes. An actor's
+running sum lives in its process, so when an actor dies, or a node with its
+actors, every episode whose gradient sat in a lost sum is played again by
+another actor. Episodes are deterministic in (seed, update, episode), so the
+replay is the same episode. Actors restart by themselves (max_restarts); the
+pool uses a restarted actor again once it answers, which for a lost node is
+when a node with free CPUs joins.
+"""
+
+import collections
+import time
+
+import numpy as np
+import ray
+from ray.exceptions import RayError
+
+from . import rollout
+from .logline import kv
+from .workers import Worker
+
+START_TIMEOUT_S = 300
+WAIT_S = 1.0  # ray.wait timeout: how often the driver gets back to Python (signals, messages)
+
+
+class PoolError(Exception):
+    """The pool cannot start; the message says why in one line."""
+
+
+class RolloutPool:
+    def __init__(self, env_id, size, out=print):
+        self.env_id = env_id
+        self.out = out
+        self.actors = [Worker.remote(env_id) for _ in range(size)]
+        probes = [a.describe.remote() for a in self.actors]
+        ready, _ = ray.wait(probes, num_returns=size, timeout=START_TIMEOUT_S)
+        if len(ready) < size:
+            raise PoolError(f"only {len(ready)} of {size} rollout actors started in {START_TIMEOUT_S}s; are CPUs busy?")
+        self.info = ray.get(probes)
+        self.node = {i: d["node"] for i, d in enumerate(self.info)}
+        self.healthy = set(range(size))
+        self.probes = {}  # describe() ref -> actor index, for actors we wait to hear from again
+        self.episodes_by_node = collections.Counter()
+
+    def shutdown(self):
+        for actor in self.actors:
+            ray.kill(actor, no_restart=True)
+
+    # -- faults ----------------------------------------------------------------
+
+    def _lost(self, i, error, todo, owned, in_flight=()):
+        """Actor i failed: replay every episode its sum held, and wait until it answers again."""
+        episodes = owned.pop(i, []) + list(in_flight)
+        todo.extend(episodes)
+        if i in self.healthy:
+            self.healthy.discard(i)
+            self.actors[i].discard.remote()  # if it only hiccuped, its sum must not count twice
+            self.probes[self.actors[i].describe.remote()] = i
+            self.out(kv("fault", actor=i, node=self.node[i][:8], error=type(error).__name__, replayed=len(episodes),
+                         healthy=len(self.healthy), note="restarting"))  # fmt: skip
+        elif episodes:
+            self.out(kv("fault", actor=i, node=self.node[i][:8], replayed=len(episodes)))
+
+    def _heard_from(self, ref):
+        i = self.probes.pop(ref)
+        try:
+            info = ray.get(ref)
+        except RayError:  # gone for good (it could not restart): replace it
+            self.actors[i] = Worker.remote(self.env_id)
+            self.probes[self.actors[i].describe.remote()] = i
+            return
+        self.node[i] = info["node"]
+        self.healthy.add(i)
+        self.out(kv("recovered", actor=i, node=self.node[i][:8], healthy=len(self.healthy), size=len(self.actors)))
+
+    # -- one update --------------------------------------------------------------
+
+    def run_update(self, params, seed, update, batch_size, check_stop):
+        """Play episodes 0..batch_size-1 with `params` and sum their gradients.
+
+        Returns (results by episode, {"W1": (H, D), "W2": (H,)}, bytes received, rollout s, reduce s).
+        """
+        weights = [ray.put(params)]  # in a list, so an actor fetches it only when the update changes
+        todo = collections.deque(range(batch_size))
+        owned = collections.defaultdict(list)  # actor -> episodes whose gradient is in its sum
+        results = [None] * batch_size
+        hidden, pixels = params["W1"].shape
+        total = (np.zeros((pixels, hidden), np.float32), np.zeros(hidden, np.float32), np.zeros(pixels, np.bool_))
+        nbytes, rollout_s, reduce_s = 0, 0.0, 0.0
+        while todo:
+            t = time.perf_counter()
+            self._play(weights, seed, update, todo, owned, results, check_stop)
+            rollout_s += time.perf_counter() - t
+            t = time.perf_counter()
+            nbytes += self._reduce(todo, owned, total)
+            reduce_s += time.perf_counter() - t
+        return results, {"W1": total[0].T, "W2": total[1]}, nbytes, rollout_s, reduce_s
+
+    def _play(self, weights, seed, update, todo, owned, results, check_stop):
+        running = {}  # play() ref -> (actor, episode)
+
+        def feed():
+            busy = {i for i, _ in running.values()}
+            for i in sorted(self.healthy - busy):
+                if not todo:
+                    return
+                ep = todo.popleft()
+                running[self.actors[i].play.remote(weights, seed, update, ep)] = (i, ep)
+
+        feed()
+        waiting_said = False
+        while running or (todo and self.probes):
+            if not running and not waiting_said:
+                self.out(kv("waiting", for_actors=len(self.probes), episodes_left=len(todo)))
+                waiting_said = True
+            ready, _ = ray.wait([*running, *self.probes], num_returns=1, timeout=WAIT_S)
+            check_stop()
+            for ref in ready:
+                if ref in self.probes:
+                    self._heard_from(ref)
+                    continue
+                i, ep = running.pop(ref)
+                try:
+                    result, node = ray.get(ref)
+                except RayError as e:
+                    self._lost(i, e, todo, owned, in_flight=[ep])
+                    continue
+                results[ep] = result
+                owned[i].append(ep)
+                self.node[i] = node
+                self.episodes_by_node[node] += 1
+            feed()
+
+    def _reduce(self, todo, owned, total):
+        """Fold each node's sums into one on that node, then into `total` here. Returns bytes received."""
+        groups = collections.defaultdict(list)
+        for i in sorted(self.healthy):
+            groups[self.node[i]].append(i)
+        calls = []
+        for members in groups.values():
+            leader, rest = self.actors[members[0]], [self.actors[m] for m in members[1:]]
+            calls.append((leader.combine.remote(*[a.take_gradient.remote() for a in rest]), members))
+        nbytes = 0
+        for ref, members in calls:
+            try:
+                grad = ray.get(ref)
+            except RayError as e:  # an actor of this node died: all of the node's sums are replayed
+                for m in members:
+                    self._lost(m, e, todo, owned)
+                continue
+            rollout.add_sparse(*total, grad)
+            nbytes += rollout.grad_nbytes(grad)
+            for m in members:
+                owned.pop(m, None)
+        return nbytes
