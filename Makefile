@@ -117,7 +117,7 @@ local-down: $(INSTALLED) ## Stop the local cluster (`ray stop`: every Ray proces
 ##@ Cloud cluster (the launcher config CLUSTER, default cluster/aws.yaml)
 
 .PHONY: up
-up: $(INSTALLED) ## Launch or update the cluster: ray up -y CLUSTER
+up: $(INSTALLED) token ## Launch or update the cluster: ray up -y CLUSTER
 	@$(need-cluster-file)
 	ray up -y $(CLUSTER)
 
@@ -130,6 +130,25 @@ dashboard: $(INSTALLED) ## Forward the cluster's dashboard to 127.0.0.1:8265 (ke
 down: $(INSTALLED) ## Tear the cluster down: ray down -y CLUSTER
 	@$(need-cluster-file)
 	ray down -y $(CLUSTER)
+
+##@ Image and cloud account (infra/)
+
+.PHONY: image
+image: ## Build the cluster image from infra/Dockerfile (name in infra/image.env); cached rebuilds take seconds
+	@infra/build-image.sh
+
+.PHONY: preflight
+preflight: $(INSTALLED) ## Check CLUSTER against your AWS account before paying: credentials, quota, zones, AMI, key pair, cost
+	@$(BIN)/python infra/preflight.py $(CLUSTER)
+
+.PHONY: token
+token: $(INSTALLED) ## Create the cluster token ~/.ray/auth_token unless it exists (ray up copies it to every node)
+	@$(BIN)/ray get-auth-token --generate >/dev/null
+	@echo "token: ~/.ray/auth_token (keep it secret: it opens the cluster's Jobs API)"
+
+.PHONY: docker-engine
+docker-engine: ## Install Debian's Docker engine and debootstrap if missing, start dockerd if none answers (root)
+	@infra/ci-docker.sh
 
 ##@ Jobs (on the cluster at RAY_ADDRESS)
 

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# Builds the cluster image from infra/Dockerfile and tags it with IMAGE from infra/image.env.
+#
+#   infra/build-image.sh                Ray's image as the base if it can be pulled, else a local one
+#   LOCAL_BASE=1 infra/build-image.sh   always the local base: skips the pull
+#   make image                          the first line
+#
+# The cluster launcher runs this on every node before it starts the node's container
+# (initialization_commands in cluster/*.yaml), so a node needs no image registry of ours.
+#
+# Two bases:
+#   registry  BASE_IMAGE (the Dockerfile's default, Ray's own image) pulled from Docker Hub;
+#             pip inside the build installs from PyPI. What AWS nodes and most machines do.
+#   local     for machines that reach Debian's mirror and PyPI but no image registry: a
+#             Debian 12 root made by debootstrap (Python 3.11 with a venv at /opt/venv,
+#             rsync, ssh), imported into Docker; pip inside the build installs only from a
+#             wheelhouse that pip downloads here first. Needs root and the debootstrap package.
+#
+# Both are cached: the Debian root in .cache/image/, the wheels in .cache/wheelhouse/ (made
+# again when requirements.txt changes), the layers in Docker. Delete .cache/ to start over.
+#
+# Settings (environment): LOCAL_BASE=1, BASE_IMAGE, DEBIAN_MIRROR (default
+# http://deb.debian.org/debian), PYTHON (the Python 3.11 that downloads wheels; default
+# .venv/bin/python, else python3).
+set -eu -o pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(dirname "$here")"
+cache="$repo/.cache"
+started=$SECONDS
+
+say() { echo "build-image: $*"; }
+die() { echo "build-image: $*" >&2; exit 1; }
+
+image="$(sed -n 's/^IMAGE=//p' "$here/image.env")"
+[[ -n "$image" ]] || die "infra/image.env has no IMAGE= line; put the image name there"
+# The registry base is the Dockerfile's default, so it is written down once.
+registry_base="${BASE_IMAGE:-$(sed -n 's/^ARG BASE_IMAGE=//p' "$here/Dockerfile")}"
+# Names the local base after what is in it; change the tag when the package list changes.
+local_base="pong-debian-base:bookworm-py311"
+local_root_tar="$cache/image/debian-bookworm-py311.tar"
+# What a node needs besides Python: rsync and ssh for the cluster launcher, ps for Ray's
+# tools, CA certificates for anything that talks HTTPS.
+local_packages="python3,python3-venv,rsync,openssh-client,ca-certificates,procps,netbase"
+
+docker info >/dev/null 2>&1 || die "no Docker engine answers; start one (Debian: apt-get install docker.io, then dockerd &; or run infra/ci-docker.sh)"
+
+# Docker 23+ clients build with BuildKit, which needs the buildx plugin; without it the
+# classic builder does the same job (the Dockerfile uses nothing BuildKit-only).
+if ! docker buildx version >/dev/null 2>&1; then
+    export DOCKER_BUILDKIT=0
+fi
+
+make_local_root() {
+    # debootstrap once; the tarball is the cache, so a pruned Docker re-imports in seconds.
+    [[ -s "$local_root_tar" ]] && return
+    [[ $EUID -eq 0 ]] || die "making the local base needs root (debootstrap, chroot); run as root, or set up a Docker that can pull $registry_base"
+    command -v debootstrap >/dev/null || die "making the local base needs debootstrap; install it (apt-get install debootstrap)"
+    local root="$cache/image/root"
+    rm -rf "$root"
+    mkdir -p "$root"
+    say "debootstrap bookworm into $root (once; a few minutes)"
+    debootstrap --variant=minbase --include="$local_packages" bookworm "$root" \
+        "${DEBIAN_MIRROR:-http://deb.debian.org/debian}" >"$cache/image/debootstrap.log" 2>&1 \
+        || die "debootstrap failed; its log is $cache/image/debootstrap.log"
+    # Debian's Python refuses system-wide pip installs (PEP 668): Ray goes in a venv.
+    chroot "$root" python3 -m venv /opt/venv
+    # Ray runs node commands in `bash --login`, whose /etc/profile resets PATH.
+    # shellcheck disable=SC2016 # $PATH is for the login shell to expand, not this one
+    echo 'export PATH="/opt/venv/bin:$PATH"' >"$root/etc/profile.d/venv.sh"
+    rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+    tar -C "$root" -cf "$local_root_tar.part" .
+    mv "$local_root_tar.part" "$local_root_tar"
+    rm -rf "$root"
+}
+
+import_local_base() {
+    docker image inspect "$local_base" >/dev/null 2>&1 && return
+    make_local_root
+    say "importing $local_root_tar as $local_base"
+    docker import \
+        --change 'ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+        --change 'ENV LANG=C.UTF-8' \
+        --change 'CMD ["bash"]' \
+        "$local_root_tar" "$local_base" >/dev/null
+}
+
+download_wheels() {
+    # Downloaded again only when requirements.txt changes (its hash is the stamp).
+    local stamp="$cache/wheelhouse.sha256" want
+    want="$(sha256sum "$repo/requirements.txt" | cut -d' ' -f1)"
+    if [[ -d "$cache/wheelhouse" && "$(cat "$stamp" 2>/dev/null)" == "$want" ]]; then
+        return
+    fi
+    local python="${PYTHON:-}"
+    if [[ -z "$python" ]]; then
+        if [[ -x "$repo/.venv/bin/python" ]]; then python="$repo/.venv/bin/python"; else python=python3; fi
+    fi
+    # The wheels must fit the container's Python: same version, Linux x86_64 like the base.
+    "$python" -c 'import sys, platform; sys.exit(sys.version_info[:2] != (3, 11) or platform.machine() != "x86_64")' \
+        || die "$python is not Python 3.11 on x86_64 Linux, so its wheels would not fit the image; set PYTHON to one that is"
+    say "downloading the wheels of requirements.txt into $cache/wheelhouse"
+    rm -rf "$cache/wheelhouse"
+    if ! "$python" -m pip download --disable-pip-version-check --only-binary=:all: \
+        -r "$repo/requirements.txt" -d "$cache/wheelhouse" >"$cache/image/pip-download.log" 2>&1; then
+        tail -5 "$cache/image/pip-download.log" >&2
+        die "pip could not download the wheels of requirements.txt (log: $cache/image/pip-download.log); check that this machine reaches PyPI"
+    fi
+    echo "$want" >"$stamp"
+}
+
+mkdir -p "$cache/image"
+mode=registry
+if [[ "${LOCAL_BASE:-0}" == 1 ]]; then
+    mode=local
+elif ! docker image inspect "$registry_base" >/dev/null 2>&1; then
+    say "pulling $registry_base"
+    if ! docker pull "$registry_base" >"$cache/image/pull.log" 2>&1; then
+        say "cannot pull $registry_base ($(tail -1 "$cache/image/pull.log")); using a local Debian base instead"
+        mode=local
+    fi
+fi
+
+# The build folder: exactly what the Dockerfile copies, so unrelated edits keep the cache.
+context="$cache/image/context"
+rm -rf "$context"
+mkdir -p "$context/wheelhouse"
+cp "$repo/requirements.txt" "$here/check_image.py" "$context/"
+if [[ $mode == local ]]; then
+    import_local_base
+    download_wheels
+    # Hard links when the cache shares a file system with the folder: no copying.
+    cp -al "$cache/wheelhouse/." "$context/wheelhouse/" 2>/dev/null || cp -a "$cache/wheelhouse/." "$context/wheelhouse/"
+    base="$local_base" offline=1
+else
+    base="$registry_base" offline=0
+fi
+
+say "building $image from $base (log: $cache/image/build.log)"
+if ! docker build --file "$here/Dockerfile" --tag "$image" \
+    --build-arg BASE_IMAGE="$base" --build-arg PIP_OFFLINE="$offline" \
+    "$context" >"$cache/image/build.log" 2>&1; then
+    tail -25 "$cache/image/build.log" >&2
+    die "docker build failed (the end of its log is above; all of it in $cache/image/build.log)"
+fi
+# The image's own check (infra/check_image.py), when this build ran it; the classic
+# builder colours the build's stderr, so strip that first.
+sed 's/\x1b\[[0-9;]*m//g' "$cache/image/build.log" | grep '^check_image ' || true
+say "built image=$image base=$base mode=$mode seconds=$((SECONDS - started))"

@@ -1,0 +1,481 @@
+"""Checks an AWS cluster launcher config against your AWS account before anyone pays.
+
+    make preflight                                          # CLUSTER=cluster/aws.yaml
+    .venv/bin/python infra/preflight.py cluster/aws.yaml    # the same, by hand
+
+Reads the YAML as `ray up` does (Ray's defaults filled in, Ray's validator run) and asks
+AWS, with read-only calls, whether `ray up` can get what the YAML asks for:
+
+    credentials       the AWS identity boto3 finds (aws configure, AWS_PROFILE, ...)
+    region            provider.region exists and is enabled for the account
+    instance-type     each node type's instance type: its vCPUs and physical cores
+    zones             provider.availability_zone are zones of the region offering the type
+    image             the AMI each node type boots (Ray's default for the region if unset)
+    quota             the vCPU quota the nodes count against (on demand: L-1216C47A,
+                      Running On-Demand Standard instances; spot: L-34B43A08), minus what
+                      already runs in the region, against what the YAML needs
+    key-pair          a KeyName, if the YAML names one, exists; its private key is here
+    instance-profile  an IamInstanceProfile, if named, exists
+    cost              the hourly on-demand price of every node at the YAML's largest size
+
+One key=value line per check, then a summary line. A failed check says what to do in
+fix="...". Exit status: 0 all passed (warnings allowed), 1 a check failed, 2 the YAML
+could not be read. What it prints for cluster/aws.yaml on an account with enough quota
+(the run against the local stand-in for AWS in tests/test_aws.py; AMI names shortened):
+
+    preflight cluster=cluster/aws.yaml region=us-west-2 nodes=11
+    check=credentials status=ok account=123456789012 identity=arn:aws:sts::123456789012:user/moto
+    check=region status=ok region=us-west-2
+    check=instance-type status=ok node_type=ray.head.default instance_type=c5.9xlarge vcpus=36 cores=18 ray_cpus=18
+    check=instance-type status=ok node_type=ray.worker.default instance_type=c5.9xlarge vcpus=36 cores=18 ray_cpus=18
+    check=zones status=ok instance_type=c5.9xlarge zones=us-west-2a,us-west-2b,us-west-2c
+    check=image status=ok node_type=ray.head.default ami=ami-0a2b85e15b7c0ac34 source=ray-default name="Deep ..."
+    check=image status=ok node_type=ray.worker.default ami=ami-0a2b85e15b7c0ac34 source=ray-default name="Deep ..."
+    check=quota status=ok quota=L-1216C47A name="Running On-Demand Standard instances" limit=432 in_use=0 need=396
+    check=key-pair status=ok key_name=ray-autoscaler_us-west-2 note="ray up creates or reuses it"
+    check=instance-profile status=ok profile=ray-autoscaler-v1 note="ray up creates it (needs IAM permissions)"
+    check=cost status=ok usd_per_hour=16.83 nodes=11 source="preflight table, AWS on-demand Linux list prices, 2025"
+    preflight status=ok failed=0 warnings=0 failed_checks=none
+"""
+
+import argparse
+import contextlib
+import io
+import logging
+import os
+import re
+import sys
+from pathlib import Path
+
+import boto3
+import yaml
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+# Hourly on-demand prices in USD (Linux, shared tenancy): AWS's EC2 list prices as
+# published in 2025. The us-east-1 figures for c5.2xlarge to c5.24xlarge also appear in
+# the EC2 Auto Scaling User Guide's "Spot price per unit hour" example; C5 costs the same
+# in these three regions. A type or region not listed gets a warning, not a guess.
+PRICE_SOURCE = "preflight table, AWS on-demand Linux list prices, 2025"
+C5_USD_PER_HOUR = {
+    "c5.large": 0.085,
+    "c5.xlarge": 0.17,
+    "c5.2xlarge": 0.34,
+    "c5.4xlarge": 0.68,
+    "c5.9xlarge": 1.53,
+    "c5.12xlarge": 2.04,
+    "c5.18xlarge": 3.06,
+    "c5.24xlarge": 4.08,
+}
+ON_DEMAND_USD_PER_HOUR = {
+    (instance_type, region): price
+    for region in ("us-east-1", "us-east-2", "us-west-2")
+    for instance_type, price in C5_USD_PER_HOUR.items()
+}
+
+# The "Standard" families (A, C, D, H, I, M, R, T, Z) share one vCPU quota per region
+# for on-demand and one for spot. Other families (G, P, X, Inf, ...) have quotas of
+# their own, which this script does not know.
+STANDARD_FAMILIES = {"a", "c", "d", "h", "i", "im", "is", "m", "r", "t", "z"}
+QUOTAS = {
+    "on-demand": ("L-1216C47A", "Running On-Demand Standard instances"),
+    "spot": ("L-34B43A08", "All Standard Spot Instance Requests"),
+}
+QUOTA_CONSOLE = "https://console.aws.amazon.com/servicequotas/home/services/ec2/quotas"
+# Few retries: a check that cannot get an answer should say so, not hang.
+AWS_CALLS = Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=10, read_timeout=30)
+
+
+class UserError(Exception):
+    """A mistake the user can fix; printed as one line, never as a traceback."""
+
+
+def fmt(value):
+    text = str(value)
+    return f'"{text}"' if not text or any(c in text for c in ' "=') else text
+
+
+def line(*words, **fields):
+    return " ".join([*words, *(f"{key}={fmt(value)}" for key, value in fields.items())])
+
+
+class Report:
+    """Prints each check's line as it is decided and remembers what failed."""
+
+    def __init__(self):
+        self.failed = []
+        self.warnings = 0
+
+    def ok(self, check, **fields):
+        print(line(check=check, status="ok", **fields), flush=True)
+
+    def warn(self, check, reason, **fields):
+        self.warnings += 1
+        print(line(check=check, status="warn", **fields, reason=reason), flush=True)
+
+    def fail(self, check, fix, **fields):
+        self.failed.append(check)
+        print(line(check=check, status="FAIL", **fields, fix=fix), flush=True)
+
+    def skip(self, check, reason):
+        print(line(check=check, status="skip", reason=reason), flush=True)
+
+
+def load_cluster(path):
+    """The cluster YAML with Ray's defaults filled in, as `ray up` reads it."""
+    file = Path(path)
+    if not file.is_file():
+        raise UserError(f"no cluster config at {path}; pass CLUSTER=<file.yaml> (e.g. cluster/aws.yaml)")
+    try:
+        raw = yaml.safe_load(file.read_text())
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise UserError(f"{path} is not valid YAML{where} ({getattr(error, 'problem', None)}); fix that line") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("provider"), dict):
+        raise UserError(f"{path} has no provider section; is it a Ray cluster launcher config?")
+    if raw["provider"].get("type") != "aws":
+        raise UserError(f"{path} uses provider type {raw['provider'].get('type')!r}; preflight checks AWS clusters only")
+
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    # Ray's notes on the config (e.g. "file mount refers to a file") are for `ray up`:
+    # its logger is quietened after the import that sets it up, its CLI printer here.
+    logging.getLogger("ray").setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            config = prepare_config(raw)
+            validate_config(config)
+    except Exception as error:  # jsonschema's ValidationError and Ray's own errors alike
+        message = getattr(error, "message", None) or str(error).splitlines()[0]
+        raise UserError(f"Ray rejects {path}: {message}; fix it before `ray up`") from None
+    return config
+
+
+def node_plan(config):
+    """[(node type, node_config, count, market)]: the head and the most workers Ray may start."""
+    types = config["available_node_types"]
+    head = config["head_node_type"]
+    plan = [(head, types[head]["node_config"], 1)]
+    room = config.get("max_workers", 0)
+    for name, spec in types.items():
+        count = 0 if name == head else min(spec.get("max_workers", 0), room)
+        room -= count
+        if count:
+            plan.append((name, spec["node_config"], count))
+    return [(name, node_config, count, market(node_config)) for name, node_config, count in plan]
+
+
+def market(node_config):
+    spot = node_config.get("InstanceMarketOptions", {}).get("MarketType") == "spot"
+    return "spot" if spot else "on-demand"
+
+
+def family(instance_type):
+    """'c' for c5.9xlarge, 'inf' for inf1.xlarge, 'im' for im4gn.large."""
+    return re.match(r"[a-z]+", instance_type).group(0)
+
+
+def aws_message(error):
+    """'Code: message' of a botocore error, else its text."""
+    details = (getattr(error, "response", None) or {}).get("Error", {})
+    return f"{details.get('Code')}: {details.get('Message')}" if details else str(error)
+
+
+def check_credentials(report, session):
+    identity = session.client("sts", config=AWS_CALLS).get_caller_identity()
+    report.ok("credentials", account=identity["Account"], identity=identity["Arn"])
+
+
+def check_region(report, ec2, region):
+    regions = {r["RegionName"]: r.get("OptInStatus", "") for r in ec2.describe_regions(AllRegions=True)["Regions"]}
+    if region not in regions:
+        report.fail("region", "set provider.region to an AWS region name such as us-west-2", region=region)
+        return False
+    if regions[region] == "not-opted-in":
+        report.fail("region", f"enable {region} for your account (AWS console: Account, AWS Regions) or pick another",
+                    region=region)  # fmt: skip
+        return False
+    report.ok("region", region=region)
+    return True
+
+
+def check_instance_types(report, ec2, plan, config):
+    """{instance type: vCPUs} for every type in the plan, or None if one is wrong."""
+    wanted = sorted({node_config.get("InstanceType", "") for _, node_config, _, _ in plan})
+    known = {}
+    try:
+        for info in ec2.describe_instance_types(InstanceTypes=wanted)["InstanceTypes"]:
+            known[info["InstanceType"]] = info["VCpuInfo"]
+    except ClientError as error:
+        if "InvalidInstanceType" not in aws_message(error):
+            raise
+    all_ok = True
+    for name, node_config, _, _ in plan:
+        instance_type = node_config.get("InstanceType", "")
+        if instance_type not in known:
+            report.fail("instance-type", f"set InstanceType of {name} to an EC2 instance type, e.g. c5.9xlarge",
+                        node_type=name, instance_type=instance_type)  # fmt: skip
+            all_ok = False
+            continue
+        vcpus = known[instance_type]["DefaultVCpus"]
+        ray_cpus = config["available_node_types"][name].get("resources", {}).get("CPU", "auto")
+        fields = dict(node_type=name, instance_type=instance_type, vcpus=vcpus,
+                      cores=known[instance_type].get("DefaultCores", "unknown"), ray_cpus=ray_cpus)  # fmt: skip
+        if ray_cpus != "auto" and ray_cpus > vcpus:
+            report.fail("instance-type", f"lower resources.CPU of {name} to at most {vcpus}", **fields)
+            all_ok = False
+        else:
+            report.ok("instance-type", **fields)
+    return {t: info["DefaultVCpus"] for t, info in known.items()} if all_ok else None
+
+
+def check_zones(report, ec2, region, zones_text, plan):
+    region_zones = sorted(
+        z["ZoneName"] for z in ec2.describe_availability_zones()["AvailabilityZones"]
+        if z.get("State") == "available" and z.get("ZoneType", "availability-zone") == "availability-zone"
+    )  # fmt: skip
+    wanted = [z.strip() for z in zones_text.split(",") if z.strip()] if zones_text else region_zones
+    strangers = [z for z in wanted if z not in region_zones]
+    if strangers:
+        report.fail("zones", f"set provider.availability_zone to zones of {region}: {','.join(region_zones)}",
+                    not_in_region=",".join(strangers))  # fmt: skip
+        return
+    for instance_type in sorted({node_config["InstanceType"] for _, node_config, _, _ in plan}):
+        offers = ec2.describe_instance_type_offerings(
+            LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": [instance_type]}]
+        )["InstanceTypeOfferings"]
+        offered = sorted({o["Location"] for o in offers})
+        missing = [z for z in wanted if z not in offered]
+        if missing:
+            where = ",".join(offered) or f"no zone of {region}"
+            report.fail("zones", f"remove {','.join(missing)} from provider.availability_zone; "
+                        f"{instance_type} is offered in {where}",
+                        instance_type=instance_type, not_offered=",".join(missing))  # fmt: skip
+        else:
+            report.ok("zones", instance_type=instance_type, zones=",".join(wanted))
+
+
+def check_images(report, ec2, region, plan):
+    from ray.autoscaler._private.aws.config import DEFAULT_AMI
+
+    for name, node_config, _, _ in plan:
+        ami = node_config.get("ImageId") or DEFAULT_AMI.get(region)
+        source = "config" if node_config.get("ImageId") else "ray-default"
+        if not ami:
+            report.fail("image", f"Ray has no default AMI for {region}; set ImageId of {name} to an Ubuntu AMI with Docker",
+                        node_type=name)  # fmt: skip
+            continue
+        try:
+            images = ec2.describe_images(ImageIds=[ami])["Images"]
+        except ClientError as error:
+            if "InvalidAMIID" not in aws_message(error):
+                raise
+            images = []
+        if not images or images[0].get("State") != "available":
+            report.fail("image", f"AMI {ami} is not available in {region}; set ImageId of {name} to an Ubuntu AMI with Docker",
+                        node_type=name, ami=ami, source=source)  # fmt: skip
+        else:
+            report.ok("image", node_type=name, ami=ami, source=source, name=images[0].get("Name", ""))
+
+
+def in_use_vcpus(ec2, market_name, cluster_name):
+    """vCPUs of the Standard-family instances of this market already running in the region
+    (a running cluster of this name aside: it is counted in `need`), each at its type's
+    default vCPUs."""
+    counts = {}
+    pages = ec2.get_paginator("describe_instances").paginate(
+        Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]
+    )
+    for page in pages:
+        for reservation in page["Reservations"]:
+            for instance in reservation["Instances"]:
+                tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+                spot = instance.get("InstanceLifecycle") == "spot"
+                if tags.get("ray-cluster-name") == cluster_name or spot != (market_name == "spot"):
+                    continue
+                if family(instance["InstanceType"]) in STANDARD_FAMILIES:
+                    counts[instance["InstanceType"]] = counts.get(instance["InstanceType"], 0) + 1
+    total = 0
+    types = sorted(counts)
+    for start in range(0, len(types), 100):  # at most 100 types a call
+        for info in ec2.describe_instance_types(InstanceTypes=types[start : start + 100])["InstanceTypes"]:
+            total += counts[info["InstanceType"]] * info["VCpuInfo"]["DefaultVCpus"]
+    return total
+
+
+def quota_value(quotas, code):
+    """The applied value of an EC2 quota, else AWS's default for it, else None."""
+    try:
+        return quotas.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"]
+    except ClientError as error:
+        if "NoSuchResource" not in aws_message(error):
+            raise
+    try:
+        return quotas.get_aws_default_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"]
+    except (ClientError, BotoCoreError):
+        return None
+
+
+def check_quotas(report, session, ec2, plan, vcpus, cluster_name):
+    need = {}
+    for name, node_config, count, market_name in plan:
+        instance_type = node_config["InstanceType"]
+        if family(instance_type) not in STANDARD_FAMILIES:
+            report.warn("quota", f"preflight knows only the Standard-family quotas; check yours at {QUOTA_CONSOLE}",
+                        node_type=name, instance_type=instance_type)  # fmt: skip
+            continue
+        need[market_name] = need.get(market_name, 0) + count * vcpus[instance_type]
+    quotas = session.client("service-quotas", config=AWS_CALLS)
+    for market_name, wanted in sorted(need.items()):
+        code, title = QUOTAS[market_name]
+        limit = quota_value(quotas, code)
+        if limit is None:
+            report.warn("quota", f"Service Quotas has no value for it in this region; check it at {QUOTA_CONSOLE}",
+                        quota=code, name=title, need=wanted)  # fmt: skip
+            continue
+        used = in_use_vcpus(ec2, market_name, cluster_name)
+        fields = dict(quota=code, name=title, limit=int(limit), in_use=used, need=wanted)
+        if used + wanted > limit:
+            report.fail("quota", f"request {code} ({title}) of at least {used + wanted} vCPUs at {QUOTA_CONSOLE} "
+                        "(approval can take a day), or make the cluster smaller", **fields)  # fmt: skip
+        else:
+            report.ok("quota", **fields)
+
+
+def check_key_pair(report, ec2, config, region):
+    node_configs = [t["node_config"] for t in config["available_node_types"].values()]
+    names = sorted({nc["KeyName"] for nc in node_configs if "KeyName" in nc})
+    private_key = config.get("auth", {}).get("ssh_private_key")
+    if not names:
+        if private_key:
+            report.fail("key-pair", "auth.ssh_private_key is set, so set KeyName (its key pair's name) in every node_config")
+        else:
+            report.ok("key-pair", key_name=f"ray-autoscaler_{region}", note="ray up creates or reuses it")
+        return
+    pairs = ec2.describe_key_pairs(Filters=[{"Name": "key-name", "Values": names}])["KeyPairs"]
+    found = {pair["KeyName"] for pair in pairs}
+    for name in names:
+        if name not in found:
+            report.fail("key-pair", f"create or import key pair {name} in {region} (EC2 console: Key Pairs), or fix KeyName",
+                        key_name=name)  # fmt: skip
+        elif not private_key or not Path(os.path.expanduser(private_key)).is_file():
+            report.fail("key-pair", f"set auth.ssh_private_key to the private key file of {name}",
+                        key_name=name, private_key=private_key or "unset")  # fmt: skip
+        else:
+            report.ok("key-pair", key_name=name, private_key=private_key)
+
+
+def instance_profile_exists(iam, name):
+    try:
+        iam.get_instance_profile(InstanceProfileName=name)
+        return True
+    except ClientError as error:
+        if "NoSuchEntity" not in aws_message(error):
+            raise
+        return False
+
+
+def check_instance_profiles(report, session, config):
+    iam = session.client("iam", config=AWS_CALLS)
+    named = {}
+    for name, spec in config["available_node_types"].items():
+        profile = spec["node_config"].get("IamInstanceProfile")
+        if profile:
+            named[name] = profile.get("Name") or profile.get("Arn", "").rsplit("/", 1)[-1]
+    if not named:
+        note = "exists; the head uses it" if instance_profile_exists(iam, "ray-autoscaler-v1") else (
+            "ray up creates it (needs IAM permissions)")  # fmt: skip
+        report.ok("instance-profile", profile="ray-autoscaler-v1", note=note)
+        return
+    for node_type, profile in sorted(named.items()):
+        if instance_profile_exists(iam, profile):
+            report.ok("instance-profile", node_type=node_type, profile=profile)
+        else:
+            report.fail("instance-profile", f"create instance profile {profile} in IAM, or remove IamInstanceProfile from {node_type}",
+                        node_type=node_type, profile=profile)  # fmt: skip
+
+
+def check_cost(report, plan, region):
+    total, nodes, spot, unknown = 0.0, 0, 0, set()
+    for _, node_config, count, market_name in plan:
+        price = ON_DEMAND_USD_PER_HOUR.get((node_config["InstanceType"], region))
+        if price is None:
+            unknown.add(node_config["InstanceType"])
+            continue
+        total += price * count
+        nodes += count
+        spot += count if market_name == "spot" else 0
+    if unknown:
+        report.warn("cost", f"no price for {','.join(sorted(unknown))} in {region} in preflight's table; "
+                    "see the EC2 on-demand pricing page")  # fmt: skip
+        return
+    fields = dict(usd_per_hour=f"{total:.2f}", nodes=nodes, source=PRICE_SOURCE)
+    if spot:
+        fields["note"] = f"{spot} spot nodes counted at the on-demand price, an upper bound"
+    report.ok("cost", **fields)
+
+
+def guarded(report, check, step, *args):
+    """Run one check; an AWS error fails that check alone, in AWS's own words."""
+    try:
+        return step(*args)
+    except (ClientError, BotoCoreError) as error:
+        report.fail(check, "let your AWS identity make this read-only call, or fix what AWS names", error=aws_message(error))
+        return None
+
+
+def run_checks(report, config, path):
+    region = config["provider"]["region"]
+    plan = node_plan(config)
+    print(line("preflight", cluster=path, region=region, nodes=sum(count for _, _, count, _ in plan)), flush=True)
+    session = boto3.session.Session(region_name=region, **config["provider"].get("aws_credentials", {}))
+    later = ["instance-type", "zones", "image", "quota", "key-pair", "instance-profile"]
+    try:
+        check_credentials(report, session)
+    except NoCredentialsError:
+        report.fail("credentials", "give boto3 credentials: run `aws configure`, or set AWS_PROFILE, "
+                    "or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")  # fmt: skip
+    except (ClientError, BotoCoreError) as error:
+        report.fail("credentials", "fix your AWS credentials until `aws sts get-caller-identity` works",
+                    error=aws_message(error))  # fmt: skip
+    if report.failed:
+        for check in ["region", *later]:
+            report.skip(check, "credentials failed")
+    else:
+        ec2 = session.client("ec2", config=AWS_CALLS)
+        if not guarded(report, "region", check_region, report, ec2, region):
+            for check in later:
+                report.skip(check, "region failed")
+        else:
+            vcpus = guarded(report, "instance-type", check_instance_types, report, ec2, plan, config)
+            zones = config["provider"].get("availability_zone")
+            guarded(report, "zones", check_zones, report, ec2, region, zones, plan)
+            guarded(report, "image", check_images, report, ec2, region, plan)
+            if vcpus:
+                guarded(report, "quota", check_quotas, report, session, ec2, plan, vcpus, config["cluster_name"])
+            else:
+                report.skip("quota", "instance-type failed")
+            guarded(report, "key-pair", check_key_pair, report, ec2, config, region)
+            guarded(report, "instance-profile", check_instance_profiles, report, session, config)
+    check_cost(report, plan, region)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="preflight", description="Check an AWS Ray cluster config against your account.")
+    parser.add_argument("cluster", nargs="?", default="cluster/aws.yaml", help="cluster launcher YAML (default cluster/aws.yaml)")
+    args = parser.parse_args(argv)
+    try:
+        config = load_cluster(args.cluster)
+    except UserError as error:
+        print(f"preflight: {error}", file=sys.stderr)
+        return 2
+    report = Report()
+    run_checks(report, config, args.cluster)
+    print(line("preflight", status="FAIL" if report.failed else "ok", failed=len(report.failed),
+               warnings=report.warnings, failed_checks=",".join(report.failed) or "none"))  # fmt: skip
+    return 1 if report.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

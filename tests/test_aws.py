@@ -1,0 +1,261 @@
+"""cluster/aws.yaml and infra/preflight.py against a local stand-in for AWS.
+
+A moto server (moto's "server mode") listens on 127.0.0.1 in this process; boto3, in
+Ray and in preflight, reaches it through AWS_ENDPOINT_URL with made-up credentials, so
+nothing here can touch a real account. Ray's own AWS bootstrap runs on our YAML as
+`ray up` would run it, and preflight runs as a user runs it, in its own process.
+
+Two things moto lacks, given to it here rather than faked in our code:
+- Ray's default AMI for us-west-2: loaded through moto's MOTO_AMIS_PATH, so the
+  `image` check looks the real ID up.
+- EC2 quotas: moto 5.2 serves Service Quotas for the "vpc" service only, so asking it
+  for L-1216C47A gets NoSuchResource, as real AWS answers in regions without that quota
+  (preflight then warns). To test a small and a large quota, the tests that need one
+  teach moto's in-process backend that single EC2 quota.
+"""
+
+import json
+import logging
+import os
+import stat
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+PREFLIGHT = REPO / "infra" / "preflight.py"
+AWS_YAML = REPO / "cluster" / "aws.yaml"
+REGION = "us-west-2"
+ON_DEMAND_QUOTA = "L-1216C47A"
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint(tmp_path_factory):
+    from ray.autoscaler._private.aws.config import DEFAULT_AMI
+
+    amis = tmp_path_factory.mktemp("moto") / "amis.json"
+    amis.write_text(json.dumps([{
+        "ami_id": DEFAULT_AMI[REGION], "name": "Deep Learning AMI (Ubuntu 18.04) Version 71.0",
+        "description": "stands in for Ray's default AMI", "state": "available", "public": True,
+        "owner_id": "898082745236", "image_location": "amazon/dlami", "image_type": "machine",
+        "root_device_type": "ebs", "root_device_name": "/dev/sda1", "architecture": "x86_64",
+        "virtualization_type": "hvm", "hypervisor": "xen", "sriov": "simple", "region_name": REGION,
+    }]))  # fmt: skip
+    # Read by moto when its modules load, so set before the import below.
+    os.environ["MOTO_AMIS_PATH"] = str(amis)
+    # AWS's managed policies (AmazonEC2FullAccess, ...), which Ray attaches to its role.
+    os.environ["MOTO_IAM_LOAD_MANAGED_POLICIES"] = "true"
+    from moto.server import ThreadedMotoServer
+
+    # One log line per request would bury a failing test's own output.
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def aws(moto_endpoint, tmp_path, monkeypatch):
+    """A fresh fake account; this process and its children talk to it only."""
+    urllib.request.urlopen(urllib.request.Request(moto_endpoint + "/moto-api/reset", method="POST")).close()
+    env = {
+        "AWS_ENDPOINT_URL": moto_endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": REGION,
+        "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        "AWS_EC2_METADATA_DISABLED": "true",
+        # Ray writes the key pair it creates to ~/.ssh.
+        "HOME": str(tmp_path / "home"),
+    }
+    (tmp_path / "home").mkdir()
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    # Ray caches its boto3 clients per region; start from none so they use this endpoint.
+    from ray.autoscaler._private.aws.utils import resource_cache
+
+    resource_cache.cache_clear()
+    return SimpleNamespace(endpoint=moto_endpoint, home=tmp_path / "home", env=dict(os.environ))
+
+
+def boto(service):
+    import boto3
+
+    return boto3.client(service, region_name=REGION)
+
+
+def serve_ec2_quota(monkeypatch, value):
+    """Make moto's Service Quotas answer `value` for the on-demand Standard vCPU quota."""
+    from moto.servicequotas.models import ServiceQuotasBackend
+
+    original = ServiceQuotasBackend.get_service_quota
+
+    def get_service_quota(self, service_code, quota_code):
+        if (service_code, quota_code) == ("ec2", ON_DEMAND_QUOTA):
+            return {"ServiceCode": "ec2", "QuotaCode": ON_DEMAND_QUOTA, "Value": float(value), "Unit": "None",
+                    "QuotaName": "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances",
+                    "Adjustable": True, "GlobalQuota": False}  # fmt: skip
+        return original(self, service_code, quota_code)
+
+    monkeypatch.setattr(ServiceQuotasBackend, "get_service_quota", get_service_quota)
+
+
+def preflight(env, cluster=AWS_YAML):
+    result = subprocess.run([sys.executable, str(PREFLIGHT), str(cluster)], env=env, cwd=REPO,
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert "Traceback" not in result.stdout + result.stderr, result.stdout + result.stderr
+    return result
+
+
+def checks(result):
+    """{check name: [fields of each line]} from preflight's key=value lines."""
+    import shlex
+
+    found = {}
+    for line in result.stdout.splitlines():
+        if line.startswith("check="):
+            fields = dict(word.split("=", 1) for word in shlex.split(line))
+            found.setdefault(fields["check"], []).append(fields)
+    return found
+
+
+def variant(tmp_path, change):
+    """A copy of cluster/aws.yaml with change(config) applied."""
+    config = yaml.safe_load(AWS_YAML.read_text())
+    change(config)
+    path = tmp_path / "variant.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_ray_bootstraps_our_yaml_and_opens_only_ssh_to_the_world(aws, monkeypatch):
+    from ray.autoscaler._private.aws import config as ray_aws
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    # Ray waits 15 s twice for IAM changes to propagate through AWS; moto needs no wait.
+    monkeypatch.setattr(ray_aws, "time", SimpleNamespace(sleep=lambda seconds: None))
+    config = prepare_config(yaml.safe_load(AWS_YAML.read_text()))
+    validate_config(config)
+    booted = ray_aws.bootstrap_aws(config)
+
+    # IAM: the head gets Ray's instance profile, whose role may launch the workers.
+    arn = booted["head_node"]["IamInstanceProfile"]["Arn"]
+    assert arn.endswith(":instance-profile/ray-autoscaler-v1"), arn
+    iam = boto("iam")
+    roles = iam.get_instance_profile(InstanceProfileName="ray-autoscaler-v1")["InstanceProfile"]["Roles"]
+    assert [r["RoleName"] for r in roles] == ["ray-autoscaler-v1"]
+    policies = {p["PolicyName"] for p in iam.list_attached_role_policies(RoleName="ray-autoscaler-v1")["AttachedPolicies"]}
+    assert "AmazonEC2FullAccess" in policies
+
+    # Key pair: created in the region, private key saved for ssh, readable by us only.
+    key = Path(booted["auth"]["ssh_private_key"])
+    assert key.parent == aws.home / ".ssh" and stat.S_IMODE(key.stat().st_mode) == 0o600
+    names = {k["KeyName"] for k in boto("ec2").describe_key_pairs()["KeyPairs"]}
+    types = booted["available_node_types"].values()
+    assert {t["node_config"]["KeyName"] for t in types} == {f"ray-autoscaler_{REGION}"} <= names
+
+    # Subnets: only in the zones the YAML names.
+    ec2 = boto("ec2")
+    zones = set(booted["provider"]["availability_zone"].split(","))
+    for node_type in types:
+        subnets = ec2.describe_subnets(SubnetIds=node_type["node_config"]["SubnetIds"])["Subnets"]
+        assert subnets and {s["AvailabilityZone"] for s in subnets} <= zones
+
+    # Security group: one for the whole cluster; the world reaches port 22 only.
+    group_ids = {gid for t in types for gid in t["node_config"]["SecurityGroupIds"]}
+    assert len(group_ids) == 1
+    (group,) = ec2.describe_security_groups(GroupIds=list(group_ids))["SecurityGroups"]
+    assert group["GroupName"] == "ray-autoscaler-pong"
+    world = [
+        rule for rule in group["IpPermissions"]
+        if any(r["CidrIp"] == "0.0.0.0/0" for r in rule.get("IpRanges", []))
+        or any(r["CidrIpv6"] == "::/0" for r in rule.get("Ipv6Ranges", []))
+    ]  # fmt: skip
+    assert [(r["IpProtocol"], r["FromPort"], r["ToPort"]) for r in world] == [("tcp", 22, 22)], group
+    # Everything else (Ray's ports among it) only from nodes in the same group.
+    for rule in group["IpPermissions"]:
+        if rule not in world:
+            assert not rule.get("IpRanges") and not rule.get("Ipv6Ranges"), rule
+            assert {p["GroupId"] for p in rule["UserIdGroupPairs"]} == group_ids, rule
+
+
+def test_preflight_passes_and_warns_when_aws_has_no_quota_value(aws):
+    result = preflight(aws.env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    found = checks(result)
+    assert [c["status"] for c in found["quota"]] == ["warn"], result.stdout
+    assert found["quota"][0]["need"] == "396"
+    for name in ("credentials", "region", "instance-type", "zones", "image", "key-pair", "instance-profile", "cost"):
+        assert {c["status"] for c in found[name]} == {"ok"}, result.stdout
+    # EC2's own description of c5.9xlarge: 36 vCPUs are 18 cores, what the YAML advertises.
+    head = next(c for c in found["instance-type"] if c["node_type"] == "ray.head.default")
+    assert (head["vcpus"], head["cores"], head["ray_cpus"]) == ("36", "18", "18"), head
+    assert found["cost"][0]["usd_per_hour"] == "16.83" and found["cost"][0]["nodes"] == "11"
+
+
+def test_preflight_fails_a_quota_too_small_for_the_cluster(aws, monkeypatch):
+    serve_ec2_quota(monkeypatch, 64)
+    result = preflight(aws.env)
+    assert result.returncode == 1, result.stdout + result.stderr
+    (quota,) = checks(result)["quota"]
+    assert (quota["status"], quota["quota"], quota["limit"], quota["need"]) == ("FAIL", ON_DEMAND_QUOTA, "64", "396")
+    assert ON_DEMAND_QUOTA in quota["fix"] and "396" in quota["fix"], quota
+    assert result.stdout.splitlines()[-1].startswith("preflight status=FAIL failed=1 ")
+
+
+def test_preflight_passes_a_large_quota_and_counts_what_already_runs(aws, monkeypatch):
+    serve_ec2_quota(monkeypatch, 432)
+    result = preflight(aws.env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (quota,) = checks(result)["quota"]
+    assert (quota["status"], quota["limit"], quota["in_use"], quota["need"]) == ("ok", "432", "0", "396")
+
+    # Two other c5.9xlarge already running: 72 + 396 vCPUs no longer fit in 432.
+    from ray.autoscaler._private.aws.config import DEFAULT_AMI
+
+    boto("ec2").run_instances(ImageId=DEFAULT_AMI[REGION], InstanceType="c5.9xlarge", MinCount=2, MaxCount=2)
+    result = preflight(aws.env)
+    assert result.returncode == 1, result.stdout
+    (quota,) = checks(result)["quota"]
+    assert (quota["status"], quota["in_use"]) == ("FAIL", "72"), quota
+
+
+def test_preflight_says_what_to_do_about_a_missing_key_pair_and_a_foreign_zone(aws, tmp_path):
+    def change(config):
+        config["provider"]["availability_zone"] = "us-west-2a,us-east-1a"
+        config["auth"]["ssh_private_key"] = str(tmp_path / "mine.pem")
+        for node_type in config["available_node_types"].values():
+            node_type["node_config"]["KeyName"] = "mine"
+
+    result = preflight(aws.env, variant(tmp_path, change))
+    assert result.returncode == 1, result.stdout
+    found = checks(result)
+    (zones,) = found["zones"]
+    assert zones["status"] == "FAIL" and zones["not_in_region"] == "us-east-1a" and "us-west-2b" in zones["fix"]
+    (key,) = found["key-pair"]
+    assert key["status"] == "FAIL" and "create or import key pair mine" in key["fix"]
+
+
+def test_preflight_without_credentials_is_one_failed_check(aws, tmp_path):
+    env = {k: v for k, v in aws.env.items() if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    result = preflight(env)
+    assert result.returncode == 1
+    found = checks(result)
+    assert found["credentials"][0]["status"] == "FAIL" and "aws configure" in found["credentials"][0]["fix"]
+    assert {c["status"] for name in ("zones", "quota") for c in found[name]} == {"skip"}
+
+
+def test_preflight_names_a_missing_cluster_file(aws, tmp_path):
+    result = preflight(aws.env, tmp_path / "nope.yaml")
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"preflight: no cluster config at {tmp_path / 'nope.yaml'}; pass CLUSTER=<file.yaml> (e.g. cluster/aws.yaml)"

@@ -1,0 +1,126 @@
+"""The cluster launcher configs in cluster/: Ray accepts them, and they say what we promise.
+
+Ray's own validator runs on each, as `ray up` would run it (defaults filled in by
+prepare_config, then validate_config). The rest checks the promises in their comments:
+11 nodes of 18 CPUs on AWS, the thread presets and token mode on every `ray start`, the
+token copied to every node, the image named in infra/image.env, no Ray port for the world.
+"""
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+from ray.autoscaler._private.util import prepare_config, validate_config
+from ray.autoscaler.sdk import get_docker_host_mount_location
+
+REPO = Path(__file__).resolve().parent.parent
+CLUSTER_FILES = sorted((REPO / "cluster").glob("*.yaml"))
+TOKEN = "~/.ray/auth_token"
+
+
+def env_file(path):
+    """{KEY: VALUE} of a KEY=VALUE file like infra/threads.env."""
+    pairs = (l.split("=", 1) for l in Path(path).read_text().splitlines() if l.strip() and not l.startswith("#"))
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
+THREADS = env_file(REPO / "infra" / "threads.env")
+IMAGE = env_file(REPO / "infra" / "image.env")["IMAGE"]
+
+
+def prepared(path):
+    config = prepare_config(yaml.safe_load(path.read_text()))
+    validate_config(config)
+    return config
+
+
+def ray_start_env(commands):
+    """The KEY=VALUE assignments in front of `ray start` in the command that runs it."""
+    starts = [c for c in commands if re.search(r"\bray start\b", c)]
+    assert len(starts) == 1, commands
+    words = shlex.split(starts[0].split(";")[-1])
+    assignments = words[: words.index("ray")]
+    return dict(w.split("=", 1) for w in assignments), words
+
+
+def test_there_are_cluster_files():
+    assert {p.name for p in CLUSTER_FILES} >= {"aws.yaml", "local.yaml"}
+
+
+@pytest.mark.parametrize("path", CLUSTER_FILES, ids=lambda p: p.name)
+def test_ray_accepts_it(path):
+    prepared(path)
+
+
+@pytest.mark.parametrize("path", CLUSTER_FILES, ids=lambda p: p.name)
+def test_every_ray_start_has_the_thread_presets_and_token_mode(path):
+    config = prepared(path)
+    assert THREADS == {"OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    for key in ("head_start_ray_commands", "worker_start_ray_commands"):
+        env, _ = ray_start_env(config[key])
+        assert env == {**THREADS, "RAY_AUTH_MODE": "token"}, (key, env)
+
+
+@pytest.mark.parametrize("path", CLUSTER_FILES, ids=lambda p: p.name)
+def test_the_token_reaches_every_node_and_the_dashboard_stays_on_loopback(path):
+    config = prepared(path)
+    # file_mounts go to the head and, through its autoscaler, to every worker.
+    assert config["file_mounts"].get(TOKEN) == TOKEN
+    _, words = ray_start_env(config["head_start_ray_commands"])
+    assert "--dashboard-host=127.0.0.1" in words, words
+
+
+@pytest.mark.parametrize("path", CLUSTER_FILES, ids=lambda p: p.name)
+def test_the_image_is_ours_and_is_built_on_each_node(path):
+    config = prepared(path)
+    assert config["docker"]["image"] == IMAGE
+    assert config["docker"]["pull_before_run"] is False
+    # The launcher copies file_mounts to this folder on the host before
+    # initialization_commands run; the command must find build-image.sh there.
+    host_copy = get_docker_host_mount_location(config["cluster_name"])
+    infra_mounts = [remote for remote, local in config["file_mounts"].items() if local == "./infra"]
+    assert len(infra_mounts) == 1, config["file_mounts"]
+    build = f"bash {host_copy}{infra_mounts[0]}/build-image.sh"
+    assert config["initialization_commands"] == [build]
+    # build-image.sh finds requirements.txt beside its infra/ folder.
+    remote_repo = str(Path(infra_mounts[0]).parent)
+    assert config["file_mounts"].get(f"{remote_repo}/requirements.txt") == "./requirements.txt"
+    for remote, local in config["file_mounts"].items():
+        if remote != TOKEN:
+            assert (REPO / local).exists(), local
+
+
+def test_aws_is_eleven_nodes_of_eighteen_cpus():
+    config = prepared(REPO / "cluster" / "aws.yaml")
+    types = config["available_node_types"]
+    head = types[config["head_node_type"]]
+    workers = [spec for name, spec in types.items() if name != config["head_node_type"]]
+    assert len(workers) == 1
+    worker = workers[0]
+    # min = max: `ray up` starts every worker and none is added or removed later.
+    assert worker["min_workers"] == worker["max_workers"] == config["max_workers"] == 10
+    assert head["resources"] == worker["resources"] == {"CPU": 18}
+    nodes = 1 + worker["min_workers"]
+    assert nodes == 11 and nodes * 18 == 198
+    for spec, key in ((head, "head_start_ray_commands"), (worker, "worker_start_ray_commands")):
+        _, words = ray_start_env(config[key])
+        assert f"--num-cpus={spec['resources']['CPU']}" in words, words
+    # c5.9xlarge: 36 vCPUs, 18 physical cores (test_aws.py checks the core count
+    # against EC2's description of the type).
+    assert head["node_config"]["InstanceType"] == worker["node_config"]["InstanceType"] == "c5.9xlarge"
+    # On demand unless someone turns spot on deliberately.
+    assert "InstanceMarketOptions" not in head["node_config"]
+    assert "InstanceMarketOptions" not in worker["node_config"]
+
+
+def test_aws_opens_no_extra_port_and_leaves_nothing_billing_after_down():
+    provider = prepared(REPO / "cluster" / "aws.yaml")["provider"]
+    # Ray's own security group opens 22 to the world and everything inside the
+    # cluster; rules added here would come on top (test_aws.py checks the result).
+    assert not provider.get("security_group", {}).get("IpPermissions")
+    assert provider["cache_stopped_nodes"] is False
+    zones = provider["availability_zone"].split(",")
+    assert zones and all(z.startswith(provider["region"]) for z in zones), zones
+

@@ -1,0 +1,110 @@
+"""The cluster image: its presets agree with infra/threads.env, and it builds and runs.
+
+The build test runs `make image` with a real Docker
+engine, then starts a container the way Ray does (`bash --login`) and plays a frame of
+Pong in it. It is skipped, saying why, where no Docker engine answers; CI starts one
+with infra/ci-docker.sh.
+The first build on a machine takes a minute or a few (a Debian base is made with
+debootstrap where Docker Hub cannot be reached); later ones hit the caches in seconds.
+"""
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BUILD_TIMEOUT_S = 1800
+
+
+def env_file(path):
+    pairs = (l.split("=", 1) for l in Path(path).read_text().splitlines() if l.strip() and not l.startswith("#"))
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
+THREADS = env_file(REPO / "infra" / "threads.env")
+IMAGE = env_file(REPO / "infra" / "image.env")["IMAGE"]
+
+# Run inside the container by a login shell, as the cluster launcher runs commands.
+IN_CONTAINER = r"""
+set -e
+echo "ray_cli=$(command -v ray) rsync=$(command -v rsync) ssh=$(command -v ssh)"
+echo "env OPENBLAS_NUM_THREADS=$OPENBLAS_NUM_THREADS MKL_NUM_THREADS=$MKL_NUM_THREADS OMP_NUM_THREADS=$OMP_NUM_THREADS RAY_AUTH_MODE=$RAY_AUTH_MODE"
+python - <<'PY'
+import ale_py, gymnasium as gym, ray
+gym.register_envs(ale_py)
+env = gym.make("Pong-v0")
+obs, _ = env.reset(seed=0)
+obs, reward, *_ = env.step(0)
+print(f"python ray={ray.__version__} gymnasium={gym.__version__} ale_py={ale_py.__version__} obs={'x'.join(map(str, obs.shape))}")
+PY
+"""
+
+
+def key_values(text, first_word):
+    line = next(l for l in text.splitlines() if l.startswith(first_word + " "))
+    return dict(w.split("=", 1) for w in line.split()[1:])
+
+
+def test_the_dockerfile_sets_the_thread_presets_of_threads_env():
+    text = (REPO / "infra" / "Dockerfile").read_text()
+    blocks = re.findall(r"^ENV ((?:.*\\\n)*.*)$", text, re.M)
+    pairs = dict(w.split("=", 1) for block in blocks for w in block.replace("\\\n", " ").split())
+    assert {k: pairs.get(k) for k in THREADS} == THREADS
+    assert pairs.get("RAY_AUTH_MODE") == "token"
+
+
+def test_the_default_base_is_rays_image_of_the_pinned_version():
+    ray_pin = re.search(r"^ray\[default\]==(\S+)", (REPO / "requirements.txt").read_text(), re.M).group(1)
+    base = re.search(r"^ARG BASE_IMAGE=(\S+)", (REPO / "infra" / "Dockerfile").read_text(), re.M).group(1)
+    assert base == f"rayproject/ray:{ray_pin}-py311-cpu"
+    # Ray restarts a node's container only when the image name changes (infra/image.env).
+    assert f"ray{ray_pin}" in IMAGE
+
+
+def docker_engine():
+    """None if a Docker engine answers, else why not (the skip reason)."""
+    if shutil.which("docker") is None:
+        return "no docker command here; infra/ci-docker.sh installs Debian's docker.io and starts it"
+    info = subprocess.run(["docker", "info"], capture_output=True, text=True, timeout=60)
+    if info.returncode != 0:
+        return "no Docker engine answers (`docker info` failed); infra/ci-docker.sh starts one"
+    return None
+
+
+@pytest.mark.slow
+def test_the_image_builds_and_runs_pong():
+    reason = docker_engine()
+    if reason:
+        pytest.skip(reason)
+    build = subprocess.run(["make", "-C", str(REPO), "image"], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    assert build.returncode == 0, build.stdout + build.stderr
+    assert f"built image={IMAGE}" in build.stdout, build.stdout
+
+    ran = subprocess.run(["docker", "run", "--rm", IMAGE, "bash", "--login", "-c", IN_CONTAINER],
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    env = key_values(ran.stdout, "env")
+    assert {k: env[k] for k in THREADS} == THREADS and env["RAY_AUTH_MODE"] == "token", ran.stdout
+    py = key_values(ran.stdout, "python")
+    pins = (REPO / "requirements.txt").read_text()
+    assert f"ray[default]=={py['ray']}" in pins and f"ale-py=={py['ale_py']}" in pins, py
+    assert py["obs"] == "210x160x3", py
+    # The cluster launcher needs these inside the container: ray on a login shell's
+    # PATH, rsync to copy files in, ssh for the head to reach the workers.
+    tools = dict(w.split("=", 1) for w in ran.stdout.splitlines()[0].split())
+    assert all(tools.values()), ran.stdout
+
+    # Nothing changed: the rebuild comes from the caches and yields the very same image.
+    first_id = image_id()
+    again = subprocess.run(["make", "-C", str(REPO), "image"], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert image_id() == first_id
+
+
+def image_id():
+    out = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", IMAGE], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
