@@ -103,17 +103,6 @@ def test_two_updates_on_pong_then_resume_continues_where_it_stopped(tmp_path):
     assert [m["episode_steps"] for m in resumed] == [m["episode_steps"] for m in uninterrupted]
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    import ray
-
-    threads = {k: "1" for k in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")}
-    runtime_env = {"env_vars": {"PYTHONPATH": str(JOB_DIR), **threads}}  # as the job's working dir does
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="error", runtime_env=runtime_env)
-    yield ray
-    ray.shutdown()
-
-
 def one_update(tmp_path, workers, seed):
     cfg = config.Config(batch_size=4, updates=1, workers=str(workers), seed=seed, run_dir=str(tmp_path / f"w{workers}"))
     state, _ = train.initial_state(cfg)
