@@ -7,6 +7,7 @@ drivers found by the cluster's environment. It runs even when a test or the star
 fails. (`ray stop` is not used: it stops every Ray process on the machine.)
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -18,7 +19,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -94,11 +95,53 @@ def kill_cluster(session_ids, marker, grace_s=5.0):
             time.sleep(0.2)
 
 
+# Every node: one CPU, a small object store. Each node also gets its own --temp-dir:
+# nodes that share one also share the folder where each unpacks the job's working
+# dir, and one node re-unpacking it under the other's running driver makes that
+# driver's imports fail at random.
+NODE_ARGS = ["--num-cpus=1", "--object-store-memory=200000000", "--disable-usage-stats"]
+
+
 @dataclass
 class Cluster:
     address: str  # dashboard / Jobs API, what RAY_ADDRESS points at
     gcs_address: str
     token_path: Path
+    sessions: list = field(default_factory=list)  # Unix session of each `ray start`: head first
+    env: dict = field(default_factory=dict)  # the environment the nodes start with
+    log: object = None  # where `ray start` writes
+    temp_dir: Path = None
+
+    def start_second_node(self):
+        """`ray start --address ...` for one more 1-CPU node; returns its session id."""
+        n = len(self.sessions) + 1
+        args = [
+            f"--address={self.gcs_address}",
+            f"--dashboard-agent-listen-port={free_port()}",
+            f"--temp-dir={self.temp_dir / f'node{n}'}",
+        ]
+        self.sessions.append(start_node(args + NODE_ARGS, self.env, self.log))
+        return self.sessions[-1]
+
+    def kill_session(self, session):
+        """SIGKILL every process of one node, as when a machine disappears."""
+        for pid in cluster_processes([session], b"\0no-marker\0"):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def wait_for_nodes(self, count, timeout_s=START_TIMEOUT_S):
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                if len(self.alive_nodes()) == count:
+                    return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the test cluster did not show {count} alive nodes in {timeout_s}s")
+            time.sleep(1)
 
     @property
     def token(self):
@@ -134,8 +177,8 @@ def start_node(args, env, log):
     return proc.pid
 
 
-@pytest.fixture(scope="session")
-def ray_cluster():
+@contextlib.contextmanager
+def two_node_cluster():
     """A head (1 CPU) and a second node (1 CPU) with token auth and the thread presets."""
     # Short path: Ray puts Unix sockets under it, and their paths are limited to 107 bytes.
     temp_dir = Path(tempfile.mkdtemp(prefix="raytest-", dir="/tmp"))
@@ -143,17 +186,13 @@ def ray_cluster():
     token_path.write_text(uuid.uuid4().hex)
     gcs_port, dashboard_port = free_port(), free_port()
     env = clean_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_path), **THREADS)
-    # Each node gets its own --temp-dir: nodes that share one also share the folder where
-    # each unpacks the job's working dir, and one node re-unpacking it under the other's
-    # running driver makes that driver's imports fail at random.
-    common = ["--num-cpus=1", "--object-store-memory=200000000", "--disable-usage-stats"]
     cluster = Cluster(
         address=f"http://127.0.0.1:{dashboard_port}",
         gcs_address=f"127.0.0.1:{gcs_port}",
         token_path=token_path,
     )
-    sessions = []
     log = open(temp_dir / "ray-start.log", "w")
+    cluster.env, cluster.log, cluster.temp_dir = env, log, temp_dir
     try:
         head = [
             "--head",
@@ -163,32 +202,24 @@ def ray_cluster():
             f"--ray-client-server-port={free_port()}",
             f"--dashboard-agent-listen-port={free_port()}",
         ]
-        sessions.append(start_node(head + common + [f"--temp-dir={temp_dir / 'head'}"], env, log))
-        worker = [
-            f"--address={cluster.gcs_address}",
-            f"--dashboard-agent-listen-port={free_port()}",
-            f"--temp-dir={temp_dir / 'node2'}",
-        ]
-        sessions.append(start_node(worker + common, env, log))
-
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            try:
-                if len(cluster.alive_nodes()) == 2:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the test cluster did not show 2 alive nodes in {START_TIMEOUT_S}s")
-            time.sleep(1)
+        cluster.sessions.append(start_node(head + NODE_ARGS + [f"--temp-dir={temp_dir / 'head'}"], env, log))
+        cluster.start_second_node()
+        cluster.wait_for_nodes(2)
         yield cluster
     finally:
         marker = f"RAY_AUTH_TOKEN_PATH={token_path}".encode()
-        kill_cluster(sessions, marker)
+        kill_cluster(cluster.sessions, marker)
         log.close()
-        left = cluster_processes(sessions, marker)
+        left = cluster_processes(cluster.sessions, marker)
         shutil.rmtree(temp_dir, ignore_errors=True)
         assert not left, f"Ray processes survived teardown: {left}"
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """The two-node cluster shared by the tests that only submit jobs to it."""
+    with two_node_cluster() as cluster:
+        yield cluster
 
 
 def run(command, env, timeout=300, cwd=REPO):

@@ -1,5 +1,6 @@
 """Faults the trainer survives, on a real local Ray: a rollout actor SIGKILLed mid-update."""
 
+import json
 import os
 import signal
 import time
@@ -64,3 +65,86 @@ def test_a_killed_actor_loses_nothing_and_the_pool_comes_back(local_ray):
         assert local_ray.get(pool.actors[0].describe.remote())["pid"] != victim
     finally:
         pool.shutdown()
+
+
+class LogFollower:
+    """`ray job logs --follow` in the background; wait for lines that match."""
+
+    def __init__(self, job_id, env):
+        import queue
+        import subprocess
+        import threading
+
+        from conftest import RAY
+
+        self.lines, self.seen = queue.Queue(), []
+        self.proc = subprocess.Popen([RAY, "job", "logs", job_id, "--follow"], env=env, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # fmt: skip
+        threading.Thread(target=lambda: [self.lines.put(line) for line in self.proc.stdout], daemon=True).start()
+
+    def wait_for(self, prefix, timeout_s=180):
+        """The next line starting with prefix (lines before it are kept in self.seen)."""
+        import queue
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=1)
+            except queue.Empty:
+                continue
+            self.seen.append(line.rstrip("\n"))
+            if line.startswith(prefix):
+                return line
+        raise AssertionError(f"no line starting {prefix!r} within {timeout_s}s; got:\n" + "\n".join(self.seen[-40:]))
+
+    def close(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def fields(line):
+    return dict(part.split("=", 1) for part in line.split() if "=" in part)
+
+
+@pytest.mark.slow
+def test_losing_a_node_mid_run_then_getting_one_back(tmp_path):
+    """Two nodes; the second dies mid-training; training goes on; a new node joins; the pool grows back."""
+    from conftest import RAY, run, two_node_cluster
+
+    run_dir = tmp_path / "run"
+    with two_node_cluster() as cluster:
+        env = cluster.client_env(LAST_JOB_FILE=str(tmp_path / "last-job"))
+        args = f"--batch-size 4 --updates 0 --workers 2 --checkpoint-every 1 --run-dir {run_dir}"
+        submitted = run(["make", "submit", "JOB=pong", f"ARGS={args}"], env, timeout=120)
+        assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+        job_id = (tmp_path / "last-job").read_text().strip()
+        logs = LogFollower(job_id, env)
+        try:
+            start = fields(logs.wait_for("start "))
+            assert start["worker_nodes"] == "2", start
+            logs.wait_for("update=2 ")
+
+            cluster.kill_session(cluster.sessions[1])  # the second machine disappears
+            fault = logs.wait_for("fault ")
+            assert "replayed=" in fault
+            before = int(fields(logs.wait_for("update="))["update"])
+            after = fields(logs.wait_for("update="))  # still training, on the head alone
+            assert int(after["update"]) == before + 1 and after["episodes"] == "4"
+
+            cluster.start_second_node()  # a machine joins again
+            recovered = fields(logs.wait_for("recovered "))
+            assert recovered["healthy"] == "2", recovered
+            logs.wait_for("update=")
+
+            stopped = run([RAY, "job", "stop", job_id], env, timeout=120)
+            assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+            done = fields(logs.wait_for("done "))
+        finally:
+            logs.close()
+        assert done["stopped"] == "SIGTERM", done
+        last = int(done["last_update"])
+        with open(run_dir / "metrics.jsonl") as f:
+            records = [json.loads(line) for line in f]
+        # every update counted once, each summing exactly the batch
+        assert [r["update"] for r in records] == list(range(1, last + 1))
+        assert all(r["episodes"] == 4 and len(r["episode_rewards"]) == 4 for r in records)
