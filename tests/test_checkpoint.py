@@ -82,12 +82,25 @@ def test_killing_the_writer_never_leaves_a_partial_checkpoint(tmp_path):
         assert state.params["W1"].shape == (200, 6400)
 
 
-def test_a_truncated_checkpoint_is_an_error_naming_the_file(tmp_path):
-    path = checkpoint.save(tmp_path, make_state(3))
+def truncate(path):
     with open(path, "r+b") as f:
         f.truncate(os.path.getsize(path) // 2)
-    with pytest.raises(checkpoint.CheckpointError, match="ckpt-000003.npz.*corrupt"):
+
+
+def test_a_truncated_only_checkpoint_is_an_error_naming_the_file(tmp_path):
+    truncate(checkpoint.save(tmp_path, make_state(3)))
+    with pytest.raises(checkpoint.CheckpointError, match="ckpt-000003.npz.*corrupt.*no usable checkpoint"):
         checkpoint.load_latest(tmp_path, {"env": "Pong-v0"})
+
+
+def test_a_corrupt_newest_checkpoint_is_reported_and_the_previous_one_used(tmp_path):
+    checkpoint.save(tmp_path, make_state(2, seed=2))
+    truncate(checkpoint.save(tmp_path, make_state(3, seed=3)))
+    warnings = []
+    state = checkpoint.load_latest(tmp_path, {"env": "Pong-v0"}, warn=warnings.append)
+    assert state.update == 2
+    assert np.array_equal(state.params["W1"], make_state(2, seed=2).params["W1"])
+    assert len(warnings) == 1 and "ckpt-000003.npz" in warnings[0] and "using ckpt-000002.npz" in warnings[0]
 
 
 def test_flipped_bytes_are_caught_by_the_zip_checksum(tmp_path):

@@ -148,3 +148,60 @@ def test_losing_a_node_mid_run_then_getting_one_back(tmp_path):
         # every update counted once, each summing exactly the batch
         assert [r["update"] for r in records] == list(range(1, last + 1))
         assert all(r["episodes"] == 4 and len(r["episode_rewards"]) == 4 for r in records)
+
+
+def driver_pids(marker):
+    """Pids of trainer drivers whose command line holds marker (their run dir)."""
+    pids = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                cmdline = open(f"/proc/{entry.name}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if "pgpong.train" in cmdline and marker in cmdline and "/bin/sh" not in cmdline:
+                pids.append(int(entry.name))
+    return pids
+
+
+@pytest.mark.slow
+def test_a_killed_driver_resumes_from_its_last_checkpoint_counting_nothing_twice(ray_cluster, tmp_path):
+    from conftest import RAY, run
+
+    run_dir = str(tmp_path / "run")
+    env = ray_cluster.client_env(LAST_JOB_FILE=str(tmp_path / "last-job"))
+
+    def submit(updates):
+        args = f"--batch-size 2 --updates {updates} --workers 2 --checkpoint-every 2 --run-dir {run_dir}"
+        out = run(["make", "submit", "JOB=pong", f"ARGS={args}"], env, timeout=120)
+        assert out.returncode == 0, out.stdout + out.stderr
+        return (tmp_path / "last-job").read_text().strip()
+
+    first = submit(0)
+    logs = LogFollower(first, env)
+    try:
+        logs.wait_for("update=3 ")
+        pids = driver_pids(run_dir)
+        assert len(pids) == 1, pids
+        os.kill(pids[0], signal.SIGKILL)  # no chance to save anything
+    finally:
+        logs.close()
+    deadline = time.monotonic() + 60
+    while f"Job '{first}' failed" not in run([RAY, "job", "status", first], env).stdout:
+        assert time.monotonic() < deadline, "the killed job never showed as failed"
+        time.sleep(1)
+
+    second = submit(2)
+    logs = LogFollower(second, env)
+    try:
+        resumed = int(fields(logs.wait_for("start "))["resumed_at_update"])
+        done = fields(logs.wait_for("done "))
+    finally:
+        logs.close()
+    assert resumed >= 2 and resumed % 2 == 0  # the last checkpoint written before the kill
+    assert int(done["last_update"]) == resumed + 2
+    assert int(done["total_episodes"]) == 2 * (resumed + 2)
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        records = [json.loads(line) for line in f]
+    assert [r["update"] for r in records] == list(range(1, resumed + 3))
+    assert records[-1]["total_episodes"] == 2 * (resumed + 2)

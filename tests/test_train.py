@@ -174,3 +174,19 @@ def test_sigterm_checkpoints_the_last_update_and_says_so(tmp_path):
     assert saved >= 2 and done["stopped"] == "SIGTERM"
     assert os.path.basename(done["checkpoint"]) == f"ckpt-{saved:06d}.npz"
     assert [m["update"] for m in metrics(run_dir)] == list(range(1, saved + 1))
+
+
+@pytest.mark.slow
+def test_a_corrupt_newest_checkpoint_is_named_and_the_run_resumes_from_the_one_before(tmp_path):
+    run_dir = tmp_path / "run"
+    first = run_cli("--batch-size", "2", "--updates", "2", "--workers", "1", "--checkpoint-every", "1",
+                    "--run-dir", str(run_dir))  # fmt: skip
+    assert first.returncode == 0, first.stderr[-3000:]
+    newest = run_dir / "ckpt-000002.npz"
+    newest.write_bytes(newest.read_bytes()[:1000])  # as if the writer died mid-way on a disk without rename
+    again = run_cli("--batch-size", "2", "--updates", "1", "--workers", "1", "--run-dir", str(run_dir))
+    assert again.returncode == 0, again.stderr[-3000:]
+    warning = [line for line in again.stdout.splitlines() if line.startswith("WARNING: checkpoint")]
+    assert warning and "ckpt-000002.npz" in warning[0] and "using ckpt-000001.npz" in warning[0], again.stdout
+    assert lines(again.stdout, "start ")[0]["resumed_at_update"] == "1"
+    assert [m["update"] for m in metrics(run_dir)] == [1, 2]  # update 2 ran again, counted once

@@ -103,23 +103,35 @@ def load(path):
     return State(params=params, cache=cache, config=meta["config"], **fields)
 
 
-def load_latest(run_dir, config):
-    """The newest checkpoint in run_dir as a State, or None if there is none.
+def load_latest(run_dir, config, warn=print):
+    """The newest usable checkpoint in run_dir as a State, or None if there is none.
 
-    A corrupt or incompatible checkpoint raises CheckpointError: never a silent fresh start.
+    A corrupt newest checkpoint (a crash mid-write, a damaged disk) is reported by name
+    through `warn` and the previous one is used. If none can be read, or the newest
+    readable one belongs to another config, CheckpointError: never a silent fresh start.
     """
     paths = checkpoints(run_dir)
     if not paths:
         return None
-    state = load(paths[0])
+    bad = []
+    for path in paths:
+        try:
+            state = load(path)
+            break
+        except CheckpointError as e:
+            bad.append(str(e))
+    else:
+        raise CheckpointError("; ".join(bad) + "; no usable checkpoint is left: use another --run-dir")
+    for message in bad:
+        warn(f"{message}; using {os.path.basename(path)} instead")
     for key in MUST_MATCH:
         if state.config.get(key) != config.get(key):
             raise CheckpointError(
-                f"checkpoint {paths[0]} was made with {key}={state.config.get(key)!r}, "
+                f"checkpoint {path} was made with {key}={state.config.get(key)!r}, "
                 f"not {config.get(key)!r}; use another --run-dir"
             )
     if state.params["W1"].shape != (state.params["W2"].shape[0], 80 * 80):
-        raise CheckpointError(f"checkpoint {paths[0]} has weights of shape {state.params['W1'].shape}")
+        raise CheckpointError(f"checkpoint {path} has weights of shape {state.params['W1'].shape}")
     return state
 
 

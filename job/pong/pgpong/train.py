@@ -127,10 +127,8 @@ class Trainer:
             while cfg.updates == 0 or s.update - first < cfg.updates:
                 check_stop()
                 rec = self.step()
-                rec["checkpoint_s"] = 0.0
-                if s.update % cfg.checkpoint_every == 0:
-                    _, rec["checkpoint_s"] = self.save()
-                self.records.append(rec)
+                # metrics first, checkpoint second: a crash between the two leaves a metrics
+                # line past the checkpoint, which a resume trims and runs again; never a gap
                 checkpoint.append_metrics(
                     cfg.run_dir,
                     rec | {
@@ -141,6 +139,10 @@ class Trainer:
                         "episode_steps": [r.steps for r in self.last_results],
                     },
                 )
+                rec["checkpoint_s"] = 0.0
+                if s.update % cfg.checkpoint_every == 0:
+                    _, rec["checkpoint_s"] = self.save()
+                self.records.append(rec)
                 self.out(kv(**rec))
         except Stopped as e:
             reason = str(e)
@@ -176,7 +178,7 @@ def initial_state(cfg):
         fail(f"cannot write run dir {cfg.run_dir}: {e.strerror or e}")
     as_dict = dataclasses.asdict(cfg)
     try:
-        state = checkpoint.load_latest(cfg.run_dir, as_dict)
+        state = checkpoint.load_latest(cfg.run_dir, as_dict, warn=lambda m: print(f"WARNING: {m}", flush=True))
     except checkpoint.CheckpointError as e:
         fail(str(e))
     if state is None:
