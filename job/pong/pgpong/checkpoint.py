@@ -1,19 +1,21 @@
-"""Checkpoints and metrics in a run directory. No Ray here.
+"""Checkpoints and metrics in a run directory (a folder or s3://bucket/prefix). No Ray here.
 
 A checkpoint is one .npz holding everything needed to resume: the weights, the
 RMSProp cache, the counters, the running reward, the random state and the
-config. It is written to a temporary name and renamed, so a reader sees either
-the old file or the whole new one, never a part.
+config. The store writes it whole or not at all (store.py), so a reader sees
+either the old one or the whole new one, never a part.
 """
 
 import dataclasses
+import functools
+import io
 import json
-import os
 import re
-import tempfile
 import zipfile
 
 import numpy as np
+
+from .store import StoreError, join, open_store, split
 
 FORMAT = 1  # bump when the file layout changes
 KEEP = 3  # checkpoints kept in a run directory
@@ -37,26 +39,27 @@ class State:
     config: dict = dataclasses.field(default_factory=dict)
 
 
+@functools.cache
+def store(run_dir):
+    """One store per run dir for the life of the process (S3 keeps appended files in memory)."""
+    return open_store(str(run_dir))
+
+
 def prepare_run_dir(run_dir):
-    """Create the run directory (and check it can be written) or raise OSError."""
-    os.makedirs(run_dir, exist_ok=True)
-    with tempfile.TemporaryFile(dir=run_dir):
-        pass
+    """Create the run directory and check it can be written, or raise StoreError."""
+    store(run_dir).prepare()
 
 
 def checkpoints(run_dir):
-    """Checkpoint paths in the run directory, newest first."""
-    try:
-        names = os.listdir(run_dir)
-    except FileNotFoundError:
-        return []
+    """Checkpoint paths (or s3:// URLs) in the run directory, newest first."""
+    names = store(run_dir).names()
     found = sorted(((int(m.group(1)), n) for n in names if (m := _NAME.match(n))), reverse=True)
-    return [os.path.join(run_dir, n) for _, n in found]
+    return [join(str(run_dir), n) for _, n in found]
 
 
 def save(run_dir, state, keep=KEEP):
     """Write the checkpoint for state.update atomically; prune old ones. Returns its path."""
-    path = os.path.join(run_dir, f"ckpt-{state.update:06d}.npz")
+    name = f"ckpt-{state.update:06d}.npz"
     meta = {
         "format": FORMAT,
         "update": state.update,
@@ -69,29 +72,23 @@ def save(run_dir, state, keep=KEEP):
     }
     arrays = {f"params/{k}": v for k, v in state.params.items()}
     arrays |= {f"cache/{k}": v for k, v in state.cache.items()}
-    fd, tmp = tempfile.mkstemp(prefix=".ckpt-", suffix=".tmp", dir=run_dir)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, meta=np.array(json.dumps(meta)), **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    buffer = io.BytesIO()
+    np.savez(buffer, meta=np.array(json.dumps(meta)), **arrays)
+    store(run_dir).write(name, buffer.getvalue())
     for old in checkpoints(run_dir)[keep:]:
-        os.unlink(old)
-    return path
+        store(run_dir).delete(split(old)[1])
+    return join(str(run_dir), name)
 
 
 def load(path):
     """Read one checkpoint; raise CheckpointError naming the file if it is unusable."""
     try:
-        with np.load(path, allow_pickle=False) as z:
+        run_dir, name = split(str(path))
+        with np.load(io.BytesIO(store(run_dir).read(name)), allow_pickle=False) as z:
             meta = json.loads(str(z["meta"]))
             params = {k.split("/", 1)[1]: z[k] for k in z.files if k.startswith("params/")}
             cache = {k.split("/", 1)[1]: z[k] for k in z.files if k.startswith("cache/")}
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+    except (OSError, StoreError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
         raise CheckpointError(f"checkpoint {path} is corrupt or unreadable ({e})") from None
     if meta.get("format") != FORMAT:
         raise CheckpointError(f"checkpoint {path} has format {meta.get('format')}, this trainer reads {FORMAT}")
@@ -123,7 +120,7 @@ def load_latest(run_dir, config, warn=print):
     else:
         raise CheckpointError("; ".join(bad) + "; no usable checkpoint is left: use another --run-dir")
     for message in bad:
-        warn(f"{message}; using {os.path.basename(path)} instead")
+        warn(f"{message}; using {split(path)[1]} instead")
     for key in MUST_MATCH:
         if state.config.get(key) != config.get(key):
             raise CheckpointError(
@@ -136,24 +133,19 @@ def load_latest(run_dir, config, warn=print):
 
 
 def append_metrics(run_dir, record):
-    with open(os.path.join(run_dir, "metrics.jsonl"), "a") as f:
-        f.write(json.dumps(record) + "\n")
+    store(run_dir).append("metrics.jsonl", json.dumps(record) + "\n")
 
 
 def trim_metrics(run_dir, last_update):
     """Drop metric lines of updates after the checkpoint we resume from (they will be run again)."""
-    path = os.path.join(run_dir, "metrics.jsonl")
-    if not os.path.exists(path):
+    st = store(run_dir)
+    if "metrics.jsonl" not in st.names():
         return
     kept = []
-    with open(path) as f:
-        for line in f:
-            try:
-                if json.loads(line)["update"] <= last_update:
-                    kept.append(line)
-            except (ValueError, KeyError, TypeError):
-                pass  # a line cut short when the driver died
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.writelines(kept)
-    os.replace(tmp, path)
+    for line in st.read("metrics.jsonl").decode().splitlines(keepends=True):
+        try:
+            if json.loads(line)["update"] <= last_update:
+                kept.append(line)
+        except (ValueError, KeyError, TypeError):
+            pass  # a line cut short when the driver died
+    st.write("metrics.jsonl", "".join(kept).encode())

@@ -25,6 +25,7 @@ import numpy as np
 
 from . import checkpoint, config, policy, rollout
 from .logline import kv
+from .store import StoreError
 
 
 class Stopped(Exception):
@@ -174,8 +175,8 @@ def initial_state(cfg):
     """Resume from the run directory's latest checkpoint, or start fresh."""
     try:
         checkpoint.prepare_run_dir(cfg.run_dir)
-    except OSError as e:
-        fail(f"cannot write run dir {cfg.run_dir}: {e.strerror or e}")
+    except StoreError as e:
+        fail(str(e))
     as_dict = dataclasses.asdict(cfg)
     try:
         state = checkpoint.load_latest(cfg.run_dir, as_dict, warn=lambda m: print(f"WARNING: {m}", flush=True))
@@ -191,7 +192,8 @@ def initial_state(cfg):
 
 def main(argv=None):
     cfg = config.parse_args(argv)
-    cfg = dataclasses.replace(cfg, run_dir=os.path.abspath(os.path.expanduser(cfg.run_dir)))
+    if not cfg.run_dir.startswith("s3://"):
+        cfg = dataclasses.replace(cfg, run_dir=os.path.abspath(os.path.expanduser(cfg.run_dir)))
     try:
         rollout.check_env_id(cfg.env)
     except rollout.EnvError as e:

@@ -1,0 +1,150 @@
+"""Where a run directory lives: a local folder or an S3 prefix. No Ray here.
+
+Both give the same guarantees: `write` makes an object appear whole or not at all
+(a local temp file renamed into place; an S3 PUT, which is visible only once the
+upload completed), so a checkpoint counts as the latest only when it is complete.
+
+S3 credentials come from boto3's normal chain (environment, ~/.aws, the instance's
+IAM role on AWS); nothing here reads a key from the repo or the job's files.
+"""
+
+import os
+import tempfile
+
+
+class StoreError(Exception):
+    """The run directory cannot be used; one line saying why and what to do."""
+
+
+def open_store(run_dir):
+    if run_dir.startswith("s3://"):
+        return S3Store(run_dir)
+    return LocalStore(run_dir)
+
+
+def join(run_dir, name):
+    return run_dir.rstrip("/") + "/" + name
+
+
+def split(url):
+    """'s3://b/p/ckpt-1.npz' or '/d/ckpt-1.npz' -> (run dir, file name)."""
+    head, _, name = url.rstrip("/").rpartition("/")
+    return head, name
+
+
+class LocalStore:
+    def __init__(self, root):
+        self.root = root
+
+    def prepare(self):
+        try:
+            os.makedirs(self.root, exist_ok=True)
+            with tempfile.TemporaryFile(dir=self.root):
+                pass
+        except OSError as e:
+            raise StoreError(f"cannot write run dir {self.root}: {e.strerror or e}") from None
+
+    def names(self):
+        try:
+            return os.listdir(self.root)
+        except FileNotFoundError:
+            return []
+
+    def read(self, name):
+        with open(os.path.join(self.root, name), "rb") as f:
+            return f.read()
+
+    def write(self, name, data):
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=self.root)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, os.path.join(self.root, name))
+        except BaseException:
+            os.unlink(tmp)
+            raise
+
+    def append(self, name, text):
+        with open(os.path.join(self.root, name), "a") as f:
+            f.write(text)
+
+    def delete(self, name):
+        os.unlink(os.path.join(self.root, name))
+
+
+class S3Store:
+    """An S3 prefix. S3 has no append: appended files are kept here and PUT whole."""
+
+    def __init__(self, url):
+        bucket, _, prefix = url[len("s3://") :].partition("/")
+        if not bucket:
+            raise StoreError(f"run dir {url!r} names no bucket; use s3://BUCKET/PREFIX")
+        self.url, self.bucket, self.prefix = url, bucket, prefix.strip("/")
+        self.appended = {}
+        import boto3
+
+        self.s3 = boto3.session.Session().client("s3")  # a fresh credential lookup, not a cached one
+
+    def key(self, name):
+        return f"{self.prefix}/{name}" if self.prefix else name
+
+    def _call(self, what, fn, **kwargs):
+        from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+        try:
+            return fn(Bucket=self.bucket, **kwargs)
+        except NoCredentialsError:
+            raise StoreError(
+                f"no AWS credentials to {what} {self.url}; on AWS give the head node an IAM role "
+                "(README: Checkpoints on S3), elsewhere set AWS_PROFILE or AWS_ACCESS_KEY_ID"
+            ) from None
+        except ClientError as e:
+            code = e.response.get("Error", {}).get("Code", "")
+            if code in ("NoSuchBucket", "404") and "Key" not in kwargs:
+                raise StoreError(f"S3 bucket {self.bucket!r} does not exist; create it or fix --run-dir") from None
+            if code in ("AccessDenied", "403", "AllAccessDisabled"):
+                raise StoreError(
+                    f"S3 denied access to {self.url} ({what}); grant the policy in README: Checkpoints on S3"
+                ) from None
+            raise StoreError(f"S3 could not {what} {self.url}: {code or e}") from None
+        except BotoCoreError as e:
+            raise StoreError(f"S3 could not {what} {self.url}: {e}") from None
+
+    def prepare(self):
+        self._call("reach", self.s3.head_bucket)
+        probe = self.key(".pong-write-check")
+        self._call("write to", self.s3.put_object, Key=probe, Body=b"")
+        self._call("write to", self.s3.delete_object, Key=probe)
+
+    def names(self):
+        names, token = [], {}
+        start = self.key("")
+        while True:
+            page = self._call("list", self.s3.list_objects_v2, Prefix=start, **token)
+            names += [o["Key"][len(start) :] for o in page.get("Contents", []) if "/" not in o["Key"][len(start) :]]
+            if not page.get("IsTruncated"):
+                return names
+            token = {"ContinuationToken": page["NextContinuationToken"]}
+
+    def read(self, name):
+        from botocore.exceptions import ClientError
+
+        try:
+            return self.s3.get_object(Bucket=self.bucket, Key=self.key(name))["Body"].read()
+        except ClientError as e:
+            raise OSError(f"cannot read s3://{self.bucket}/{self.key(name)}: {e}") from None
+
+    def write(self, name, data):
+        self._call("write to", self.s3.put_object, Key=self.key(name), Body=data)
+
+    def append(self, name, text):
+        if name not in self.appended:
+            self.appended[name] = self.read(name).decode() if name in self.names() else ""
+        self.appended[name] += text
+        self.write(name, self.appended[name].encode())
+
+    def delete(self, name):
+        self.appended.pop(name, None)
+        self._call("delete from", self.s3.delete_object, Key=self.key(name))

@@ -1,0 +1,116 @@
+"""Run directories on S3, through the real boto3 client, against moto's S3 server on loopback."""
+
+import json
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pong_helpers import JOB_DIR
+from pgpong import checkpoint
+from pgpong.store import StoreError
+from test_checkpoint import make_state
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint():
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3(s3_endpoint, monkeypatch):
+    """Made-up credentials for the local endpoint, a fresh bucket 'runs', and the environment for children."""
+    env = {"AWS_ENDPOINT_URL": s3_endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+           "AWS_EC2_METADATA_DISABLED": "true"}  # fmt: skip
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    import boto3
+
+    client = boto3.client("s3")
+    for bucket in client.list_buckets()["Buckets"]:
+        for obj in client.list_objects_v2(Bucket=bucket["Name"]).get("Contents", []):
+            client.delete_object(Bucket=bucket["Name"], Key=obj["Key"])
+        client.delete_bucket(Bucket=bucket["Name"])
+    client.create_bucket(Bucket="runs")
+    checkpoint.store.cache_clear()
+    return client
+
+
+def keys(client, prefix):
+    return sorted(o["Key"] for o in client.list_objects_v2(Bucket="runs", Prefix=prefix).get("Contents", []))
+
+
+def test_checkpoints_on_s3_round_trip_prune_and_fall_back(s3):
+    run = "s3://runs/exp/a"
+    checkpoint.prepare_run_dir(run)
+    for u in range(1, 6):
+        checkpoint.save(run, make_state(u, seed=u))
+    assert keys(s3, "exp/a/") == ["exp/a/ckpt-000003.npz", "exp/a/ckpt-000004.npz", "exp/a/ckpt-000005.npz"]
+    state = checkpoint.load_latest(run, {"env": "Pong-v0"})
+    assert state.update == 5 and (state.params["W1"] == make_state(5, seed=5).params["W1"]).all()
+
+    body = s3.get_object(Bucket="runs", Key="exp/a/ckpt-000005.npz")["Body"].read()
+    s3.put_object(Bucket="runs", Key="exp/a/ckpt-000005.npz", Body=body[: len(body) // 3])
+    warnings = []
+    assert checkpoint.load_latest(run, {"env": "Pong-v0"}, warn=warnings.append).update == 4
+    assert "s3://runs/exp/a/ckpt-000005.npz" in warnings[0] and "using ckpt-000004.npz" in warnings[0]
+
+
+def test_metrics_append_and_trim_on_s3(s3):
+    run = "s3://runs/m"
+    for u in (1, 2, 3):
+        checkpoint.append_metrics(run, {"update": u})
+    checkpoint.trim_metrics(run, 2)
+    checkpoint.store.cache_clear()  # a new process reads what is really there
+    checkpoint.append_metrics(run, {"update": 3})
+    body = s3.get_object(Bucket="runs", Key="m/metrics.jsonl")["Body"].read().decode()
+    assert [json.loads(line)["update"] for line in body.splitlines()] == [1, 2, 3]
+
+
+def test_a_missing_bucket_is_one_clear_line(s3):
+    with pytest.raises(StoreError, match="S3 bucket 'nope' does not exist"):
+        checkpoint.prepare_run_dir("s3://nope/x")
+
+
+def test_no_credentials_is_one_clear_line(s3, monkeypatch):
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    with pytest.raises(StoreError, match="no AWS credentials to reach s3://runs/x"):
+        checkpoint.prepare_run_dir("s3://runs/x")
+
+
+def train(*args):
+    env = dict(os.environ, RAY_ADDRESS="local", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "pgpong.train", "--batch-size", "2", "--workers", "1", *args],
+                          cwd=JOB_DIR, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
+def test_the_trainer_rejects_a_missing_bucket_before_ray_starts(s3):
+    proc = train("--run-dir", "s3://no-such-bucket/run")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == "error: S3 bucket 'no-such-bucket' does not exist; create it or fix --run-dir"
+
+
+@pytest.mark.slow
+def test_the_trainer_checkpoints_to_s3_and_resumes_from_it(s3):
+    first = train("--updates", "2", "--checkpoint-every", "1", "--run-dir", "s3://runs/exp/b")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "checkpoint=s3://runs/exp/b/ckpt-000002.npz" in first.stdout
+    again = train("--updates", "1", "--run-dir", "s3://runs/exp/b")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resumed_at_update=2" in again.stdout
+    assert keys(s3, "exp/b/") == ["exp/b/ckpt-000001.npz", "exp/b/ckpt-000002.npz", "exp/b/ckpt-000003.npz",
+                                  "exp/b/metrics.jsonl"]  # fmt: skip
+    body = s3.get_object(Bucket="runs", Key="exp/b/metrics.jsonl")["Body"].read().decode()
+    assert [json.loads(line)["update"] for line in body.splitlines()] == [1, 2, 3]
