@@ -43,6 +43,14 @@ class RolloutPool:
         self.probes = {}  # describe() ref -> actor index, for actors we wait to hear from again
         self.episodes_by_node = collections.Counter()
 
+    def peak_rss_mb(self):
+        """The largest peak resident memory of the healthy actors, in MiB."""
+        try:
+            infos = ray.get([self.actors[i].describe.remote() for i in sorted(self.healthy)], timeout=30)
+        except RayError:  # an actor went away just now; say nothing rather than guess
+            return float("nan")
+        return max((d["peak_rss_mb"] for d in infos), default=0.0)
+
     def shutdown(self):
         for actor in self.actors:
             ray.kill(actor, no_restart=True)

@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from . import checkpoint, config, policy, rollout
-from .logline import kv
+from .logline import kv, peak_rss_mb
 from .store import StoreError
 
 
@@ -166,6 +166,8 @@ class Trainer:
             nodes=len(self.pool.episodes_by_node),
             episodes_by_node=",".join(f"{n[:8]}:{c}" for n, c in sorted(self.pool.episodes_by_node.items())),
             checkpoint=latest[0] if latest else "none",
+            driver_peak_rss_mb=peak_rss_mb(),
+            actor_peak_rss_mb=self.pool.peak_rss_mb(),
         )
         self.out(line)
         return self.records

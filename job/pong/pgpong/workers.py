@@ -9,6 +9,7 @@ import os
 import ray
 
 from . import rollout
+from .logline import peak_rss_mb
 
 
 def blas_report():
@@ -40,7 +41,8 @@ class Worker:
     def describe(self):
         threads, blas = blas_report()
         env = {k: os.environ.get(k, "") for k in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")}
-        return {"node": self.node, "pid": os.getpid(), "blas_threads": threads, "blas": blas, "env": env}
+        return {"node": self.node, "pid": os.getpid(), "blas_threads": threads, "blas": blas, "env": env,
+                "peak_rss_mb": peak_rss_mb()}  # fmt: skip
 
     def play(self, weights, seed, update, episode):
         """Play one episode into the running sum; `weights` is [ref], fetched once per update."""
