@@ -34,9 +34,12 @@ JOBS_DIR = REPO / "job"
 THREADS_ENV = REPO / "infra" / "threads.env"
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 DEFAULT_TOKEN_PATH = Path.home() / ".ray" / "auth_token"
-# Files that are made by running a job, not part of it; never uploaded.
-# Patterns follow .gitignore syntax, relative to the job folder.
-EXCLUDES = ["__pycache__/", "*.pyc", "*.nbi", "*.nbc", ".pytest_cache/", "runs/"]
+# Never uploaded, in .gitignore syntax relative to the job folder: files made by running
+# a job, and anything that could hold a secret (the cluster must get none from here).
+EXCLUDES = [
+    "__pycache__/", "*.pyc", "*.nbi", "*.nbc", ".pytest_cache/", "runs/",
+    ".env", ".env.*", "*.pem", "*.key", "*.p12", ".aws/", ".ssh/", ".netrc", "*credentials*", "*auth_token*",
+]  # fmt: skip
 HTTP_TIMEOUT_S = 10
 
 

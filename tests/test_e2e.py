@@ -48,6 +48,7 @@ def test_pong_job_on_two_nodes(ray_cluster, tmp_path):
         time.sleep(1)
     assert f"Job '{job_id}' succeeded" in status, status + logs.stdout[-3000:]
 
+    assert ray_cluster.token not in logs.stdout + logs.stderr  # the token never reaches the logs
     start_fields, done_fields = key_values(start[0]), key_values(done[-1])
     assert start_fields["blas_threads"] == "1", start[0]
     assert done_fields["updates"] == "2", done[-1]

@@ -114,3 +114,48 @@ def test_the_trainer_checkpoints_to_s3_and_resumes_from_it(s3):
                                   "exp/b/metrics.jsonl"]  # fmt: skip
     body = s3.get_object(Bucket="runs", Key="exp/b/metrics.jsonl")["Body"].read().decode()
     assert [json.loads(line)["update"] for line in body.splitlines()] == [1, 2, 3]
+
+
+def test_a_bucket_that_denies_access_is_one_clear_line(tmp_path, monkeypatch):
+    """A moto server of its own that checks IAM (after 4 unchecked setup calls), and a user with no S3 rights."""
+    import time
+    import urllib.request
+
+    import boto3
+
+    from conftest import VENV_BIN, free_port
+
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen([str(VENV_BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+                              env=dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="4"),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(endpoint + "/moto-api/", timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "moto_server did not start"
+                time.sleep(0.2)
+        for key, value in {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "setup", "AWS_SECRET_ACCESS_KEY": "setup",
+                           "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": os.devnull,
+                           "AWS_SHARED_CREDENTIALS_FILE": os.devnull, "AWS_EC2_METADATA_DISABLED": "true"}.items():
+            monkeypatch.setenv(key, value)  # fmt: skip
+        session = boto3.session.Session()
+        session.client("s3").create_bucket(Bucket="locked")
+        iam = session.client("iam")
+        iam.create_user(UserName="outsider")
+        key = iam.create_access_key(UserName="outsider")["AccessKey"]
+        iam.put_user_policy(UserName="outsider", PolicyName="no-s3", PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "iam:GetUser", "Resource": "*"}]}))
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", key["AccessKeyId"])
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", key["SecretAccessKey"])
+        proc = train("--run-dir", "s3://locked/run")
+        assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+        assert proc.stderr.strip() == (
+            "error: S3 denied access to s3://locked/run (reach); grant the policy in README: Checkpoints on S3")
+    finally:
+        server.kill()
+        server.wait()
