@@ -9,6 +9,7 @@ fails. (`ray stop` is not used: it stops every Ray process on the machine.)
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import signal
@@ -240,3 +241,18 @@ def local_ray():
     ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="error", runtime_env=runtime_env)
     yield ray
     ray.shutdown()
+
+
+@contextlib.contextmanager
+def moto_server():
+    """moto's AWS server on 127.0.0.1 (a free port) for the duration; yields its endpoint URL."""
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # a line per request would bury test output
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()

@@ -1,15 +1,12 @@
-"""Shared pieces of the trainer tests: the job package on sys.path and a sparse replay."""
+"""Shared pieces of the trainer tests: where the job lives, and a sparse replay."""
 
 import pathlib
-import sys
 
 import numpy as np
 
-JOB_DIR = pathlib.Path(__file__).resolve().parents[1] / "job" / "pong"
-if str(JOB_DIR) not in sys.path:
-    sys.path.insert(0, str(JOB_DIR))
+from pgpong import policy, rollout
 
-from pgpong import policy, rollout  # noqa: E402
+JOB_DIR = pathlib.Path(__file__).resolve().parents[1] / "job" / "pong"  # pytest puts it on sys.path
 
 
 def sparse_replay(screens, ups, rewards, params):

@@ -15,7 +15,6 @@ Two things moto lacks, given to it here rather than faked in our code:
 """
 
 import json
-import logging
 import os
 import stat
 import subprocess
@@ -26,6 +25,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from conftest import moto_server
 
 REPO = Path(__file__).resolve().parent.parent
 PREFLIGHT = REPO / "infra" / "preflight.py"
@@ -50,15 +50,8 @@ def moto_endpoint(tmp_path_factory):
     os.environ["MOTO_AMIS_PATH"] = str(amis)
     # AWS's managed policies (AmazonEC2FullAccess, ...), which Ray attaches to its role.
     os.environ["MOTO_IAM_LOAD_MANAGED_POLICIES"] = "true"
-    from moto.server import ThreadedMotoServer
-
-    # One log line per request would bury a failing test's own output.
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
+    with moto_server() as endpoint:
+        yield endpoint
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import time
 import numpy as np
 import pytest
 
-import pong_helpers  # noqa: F401  (puts the job on sys.path)
 from pgpong import policy
 from pgpong.pool import RolloutPool
 

@@ -1,29 +1,22 @@
 """Run directories on S3, through the real boto3 client, against moto's S3 server on loopback."""
 
 import json
-import logging
 import os
 import subprocess
 import sys
 
 import pytest
-
-from pong_helpers import JOB_DIR
+from conftest import moto_server
 from pgpong import checkpoint
 from pgpong.store import StoreError
+from pong_helpers import JOB_DIR
 from test_checkpoint import make_state
 
 
 @pytest.fixture(scope="module")
 def s3_endpoint():
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
+    with moto_server() as endpoint:
+        yield endpoint
 
 
 @pytest.fixture
@@ -122,7 +115,6 @@ def test_a_bucket_that_denies_access_is_one_clear_line(tmp_path, monkeypatch):
     import urllib.request
 
     import boto3
-
     from conftest import VENV_BIN, free_port
 
     port = free_port()
