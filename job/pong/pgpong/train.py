@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from . import checkpoint, config, policy, rollout
+from . import checkpoint, config, policy, rollout, watch
 from .logline import kv, peak_rss_mb
 from .store import StoreError
 
@@ -110,6 +110,26 @@ class Trainer:
             "driver_bytes": nbytes,
         }
 
+    # -- watching it live: Ray's metrics and the log's trend line --------------
+
+    def start_watch(self):
+        self.live = watch.LiveMetrics(self.cfg.run_dir)
+        self.trend = watch.running_rewards_so_far(self.cfg.run_dir)  # a resumed run's history too
+        self.trend_at = None
+
+    def report(self, rec):
+        """After every update: Ray's metrics, and a trend line every TREND_EVERY updates."""
+        self.live.record(rec)
+        self.trend.append(rec["running_reward"])
+        if rec["update"] % watch.TREND_EVERY == 0:
+            self.print_trend()
+
+    def print_trend(self):
+        """At most one trend line per update; the run's end prints one too, so a short run shows it."""
+        if self.trend and self.trend_at != self.state.update:
+            self.out(watch.trend_line(self.state.update, self.trend))
+            self.trend_at = self.state.update
+
     def save(self):
         t = time.perf_counter()
         path = checkpoint.save(self.cfg.run_dir, self.state)
@@ -124,6 +144,7 @@ class Trainer:
         self.saved = s.update
         started = time.perf_counter()
         reason = "finished"
+        self.start_watch()
         try:
             while cfg.updates == 0 or s.update - first < cfg.updates:
                 check_stop()
@@ -145,11 +166,13 @@ class Trainer:
                     _, rec["checkpoint_s"] = self.save()
                 self.records.append(rec)
                 self.out(kv(**rec))
+                self.report(rec)
         except Stopped as e:
             reason = str(e)
             self.out(kv("stopping", signal=reason, dropped_update=s.update + 1, resume_from_update=s.update))
         if s.update > 0 and self.saved != s.update:
             self.save()
+        self.print_trend()
         latest = checkpoint.checkpoints(cfg.run_dir)
         seconds = time.perf_counter() - started
         steps = sum(r["env_steps"] for r in self.records)

@@ -1,0 +1,228 @@
+"""Watch a checkpoint play Pong: the score of each game, and a GIF of the first. Runs on your machine.
+
+How to run (from the repo root; `make play CHECKPOINT=... GAMES=3` does the same):
+
+    PYTHONPATH=job/pong python -m pgpong.play ~/pong-runs/a/ckpt-000100.npz --games 3
+    PYTHONPATH=job/pong python -m pgpong.play ~/pong-runs/a --greedy    # the run's newest checkpoint
+
+The policy acts as in training: the trainer's own kernel (policy.policy_step)
+preprocesses each screen, runs the network and plays UP with probability P(UP);
+--greedy plays UP iff P(UP) > 0.5. Frame skips and sticky actions are the env's,
+drawn from a stream seeded by (--seed, game), so the same seed replays the same games.
+Writes the first game as an animated GIF (screens upscaled, nearest neighbour) and
+its first frame as a PNG beside it. Needs Pillow (requirements-dev.txt).
+"""
+
+import os
+import sys
+import time
+
+import numpy as np
+
+from . import checkpoint, policy, rollout
+from .config import _checked, _non_negative_int, _Parser, _positive_int
+from .logline import kv
+from .store import StoreError
+
+MAX_GIF_FRAMES = 3000  # a longer game is subsampled evenly down to this: under 100 MB of memory, a few MB of GIF
+ATARI_FPS = 60  # emulator frames per second: a GIF frame shows for as long as the frames it covers
+MAX_STEPS = 200_000  # a game longer than this (about an hour of play) is cut off
+PLAY_STREAM = 0  # the `update` part of each game's random-stream seed; training uses 1, 2, ...
+
+
+def fail(message):
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+class Policy:
+    """The trainer's per-step kernel with fixed weights, on a one-step trace (nothing kept for a gradient)."""
+
+    def __init__(self, params):
+        self.w1t = np.ascontiguousarray(params["W1"].T, dtype=np.float32)  # a pixel's weights are a row
+        self.w2 = np.ascontiguousarray(params["W2"], dtype=np.float32)
+        self.trace = rollout.Trace(steps=1, hidden=len(self.w2))
+        self.trace.ensure(0)
+        self.prev = np.zeros(policy.D, dtype=np.uint8)
+
+    def act(self, screen, first, u):
+        """UP (True) iff u < P(UP): u uniform samples the policy, u = 0.5 plays it greedily."""
+        tr = self.trace
+        up, _ = policy.policy_step(
+            screen, self.prev, first, self.w1t, self.w2, u, 0,
+            tr.idx, tr.sign, tr.starts, tr.hid, tr.probs, tr.ups,
+        )  # fmt: skip
+        return bool(up)
+
+
+class Recorder:
+    """Screens of one game, kept as 8-bit palette indices (the Atari 2600 has 128 colours), at most
+    `limit`: when full, every other one is dropped, its time added to the one before, so the kept
+    screens stay evenly spaced over the whole game."""
+
+    def __init__(self, limit=MAX_GIF_FRAMES):
+        self.limit = limit
+        self.frames, self.ticks = [], []  # ticks: emulator frames each kept screen stands for
+        self.stride, self.seen = 1, 0
+        self.known = np.zeros(1 << 24, dtype=bool)  # the 24-bit RGB colours met so far
+        self.index = np.zeros(1 << 24, dtype=np.uint8)  # and their palette index
+        self.colours = []  # the palette, in index order
+
+    def add(self, screen, ticks):
+        if self.seen % self.stride == 0:
+            self.frames.append(self.indices(screen))
+            self.ticks.append(int(ticks))
+        else:
+            self.ticks[-1] += int(ticks)
+        self.seen += 1
+        if len(self.frames) > self.limit:
+            self.frames = self.frames[::2]
+            self.ticks = [sum(self.ticks[i : i + 2]) for i in range(0, len(self.ticks), 2)]
+            self.stride *= 2
+
+    def indices(self, screen):
+        keys = (screen[..., 0].astype(np.uint32) << 16) | (screen[..., 1].astype(np.uint32) << 8) | screen[..., 2]
+        fresh = np.unique(keys[~self.known[keys]])
+        if len(fresh):
+            assert len(self.colours) + len(fresh) <= 256, "more colours than a GIF palette holds"
+            self.known[fresh] = True
+            self.index[fresh] = np.arange(len(self.colours), len(self.colours) + len(fresh))
+            self.colours.extend(int(c) for c in fresh)
+        return self.index[keys]
+
+    def palette(self):
+        return bytes(v for c in self.colours for v in (c >> 16, (c >> 8) & 255, c & 255))
+
+
+def play_game(stepper, pol, seed, game, greedy, recorder=None):
+    """Play one game to its end; returns (points won, points lost, agent steps).
+
+    The recorder gets the screen after each step: the screen before the first one is
+    Pong's attract-mode picture, in other colours."""
+    stream = rollout.RandomStream(seed, PLAY_STREAM, game, stepper.frameskip)
+    screen = stepper.reset()
+    won = lost = steps = 0
+    first, over = True, False
+    while not over and steps < MAX_STEPS:
+        u, frames, sticky = stream.next()
+        up = pol.act(screen, first, 0.5 if greedy else u)
+        reward, over = stepper.step(up, frames, sticky)
+        if recorder is not None:
+            recorder.add(screen, frames)
+        if reward > 0:
+            won += int(reward)
+        elif reward < 0:
+            lost += int(-reward)
+        first = False
+        steps += 1
+    return won, lost, steps
+
+
+def write_gif(recorder, scale, gif_path, png_path):
+    """The recorded screens upscaled (nearest neighbour) into a GIF, its first frame into a PNG."""
+    from PIL import Image
+
+    frames = []
+    for index in recorder.frames:
+        img = Image.fromarray(index)  # 8-bit indices; putpalette makes it a palette image
+        img.putpalette(recorder.palette())
+        frames.append(img.resize((img.width * scale, img.height * scale), Image.Resampling.NEAREST))
+    durations = [max(20, round(1000 * t / ATARI_FPS)) for t in recorder.ticks]  # browsers slow anything faster
+    frames[0].save(gif_path, save_all=True, append_images=frames[1:], duration=durations, loop=0)
+    frames[0].save(png_path)
+    return frames[0].size
+
+
+def find_checkpoint(path):
+    """A checkpoint file, or a run dir's newest checkpoint; exits with one line if there is none."""
+    if not path.startswith("s3://"):
+        path = os.path.abspath(os.path.expanduser(path))
+        if not os.path.exists(path):
+            fail(f"no checkpoint at {path}; pass CHECKPOINT=<a ckpt-NNNNNN.npz file or a run dir>")
+    if path.endswith(".npz"):
+        return path
+    if not path.startswith("s3://") and not os.path.isdir(path):
+        fail(f"{path} is neither a checkpoint (ckpt-NNNNNN.npz) nor a run dir")
+    try:
+        found = checkpoint.checkpoints(path)
+    except StoreError as e:
+        fail(str(e))
+    if not found:
+        fail(f"{path} holds no checkpoint (ckpt-NNNNNN.npz) yet; the trainer writes one every --checkpoint-every")
+    return found[0]
+
+
+def default_gif(ckpt_path, update):
+    """play-<update>.gif beside a local checkpoint; in the current dir for one on S3."""
+    name = f"play-{update:06d}.gif"
+    return os.path.abspath(name) if ckpt_path.startswith("s3://") else os.path.join(os.path.dirname(ckpt_path), name)
+
+
+def parse_args(argv):
+    p = _Parser(prog="python -m pgpong.play", description=__doc__.split("\n\n")[0])
+    p.add_argument("checkpoint", help="a ckpt-NNNNNN.npz (local or s3://...), or a run dir: its newest checkpoint")
+    p.add_argument("--games", type=_checked(_positive_int, "a whole number >= 1"), default=3, help="games to play")
+    p.add_argument("--greedy", action="store_true", help="play UP iff P(UP) > 0.5 instead of sampling as in training")
+    p.add_argument("--seed", type=_checked(_non_negative_int, "a whole number >= 0"), default=0,
+                   help="seeds the frame skips, sticky actions and sampled actions")  # fmt: skip
+    p.add_argument("--scale", type=_checked(_positive_int, "a whole number >= 1"), default=2,
+                   help="GIF pixels per screen pixel (nearest neighbour)")  # fmt: skip
+    p.add_argument("--out", help="GIF to write (default: play-<update>.gif beside the checkpoint); its PNG beside it")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    path = find_checkpoint(args.checkpoint)
+    try:
+        state = checkpoint.load(path)
+    except checkpoint.CheckpointError as e:
+        fail(str(e))
+    env_id = state.config.get("env", "Pong-v0")
+    try:
+        stepper = rollout.AtariStepper(env_id)
+    except rollout.EnvError as e:
+        fail(f"checkpoint {path} was made for {env_id!r}, which this machine cannot play: {e}")
+    gif = os.path.abspath(os.path.expanduser(args.out)) if args.out else default_gif(path, state.update)
+    png = os.path.splitext(gif)[0] + ".png"
+    try:
+        os.makedirs(os.path.dirname(gif), exist_ok=True)
+    except OSError as e:
+        fail(f"cannot write {gif}: {e.strerror or e}")
+
+    pol = Policy(state.params)
+    recorder = Recorder()
+    totals = [0, 0]
+    for game in range(1, args.games + 1):
+        t = time.perf_counter()
+        won, lost, steps = play_game(stepper, pol, args.seed, game, args.greedy, recorder if game == 1 else None)
+        totals[0] += won
+        totals[1] += lost
+        print(kv(game=game, agent=won, computer=lost, points=won + lost, reward=won - lost, steps=steps,
+                 seconds=time.perf_counter() - t), flush=True)  # fmt: skip
+        if steps >= MAX_STEPS:
+            print(f"WARNING: game {game} was cut off after {MAX_STEPS} steps, before either side reached 21")
+    size = write_gif(recorder, args.scale, gif, png)
+    print(
+        kv(
+            "play",
+            checkpoint=path,
+            update=state.update,
+            env=env_id,
+            policy="greedy" if args.greedy else "sampled",
+            seed=args.seed,
+            games=args.games,
+            agent_points=totals[0],
+            computer_points=totals[1],
+            gif=gif,
+            png=png,
+            gif_frames=len(recorder.frames),
+            gif_stride=recorder.stride,
+            gif_size=f"{size[0]}x{size[1]}",
+            gif_mb=os.path.getsize(gif) / 2**20,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
