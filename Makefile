@@ -27,6 +27,12 @@ ID ?= $(shell cat $(LAST_JOB_FILE) 2>/dev/null)
 DEMO_ARGS ?= --batch-size 4 --updates 2
 # The dashboard of the local head that cluster/local-ray.sh starts (Ray's default port).
 LOCAL_ADDRESS := http://127.0.0.1:8265
+# `make plot`: a run directory, the trainer's --run-dir (a folder or s3://bucket/prefix).
+RUN ?=
+# `make play`: a checkpoint (ckpt-NNNNNN.npz, a file or s3://...), or a run dir for its newest.
+CHECKPOINT ?=
+# `make play`: how many games to play; the first is written as a GIF.
+GAMES ?= 3
 
 # Turns the words of `ray job status` into the status name: SUCCEEDED, FAILED, RUNNING...
 STATUS_WORD := -e "s/.*Job '[^']*' succeeded.*/SUCCEEDED/p" -e "s/.*Job '[^']*' failed.*/FAILED/p" \
@@ -97,8 +103,12 @@ demo: $(INSTALLED) ## Start the local cluster, submit a small pong run, follow i
 	if ! grep -q '^done ' "$$log"; then echo "demo: the job succeeded but printed no 'done' line" >&2; exit 1; fi
 
 .PHONY: test
-test: $(INSTALLED) ## Run the whole test suite, including the real two-node cluster tests (a few minutes)
+test: $(INSTALLED) ## Run the test suite but the docker test, real two-node cluster tests included (a few minutes)
 	python -m pytest
+
+.PHONY: test-docker
+test-docker: $(INSTALLED) ## ray up cluster/local.yaml here, train in the container, ray down (root, Docker, sshd)
+	python -m pytest -m docker -rA
 
 ##@ Local cluster (this machine)
 
@@ -114,10 +124,10 @@ local-status: $(INSTALLED) ## Say whether the local head runs, and show `ray sta
 local-down: $(INSTALLED) ## Stop the local cluster (`ray stop`: every Ray process of yours here)
 	@VENV=$(VENV) cluster/local-ray.sh down
 
-##@ Cloud cluster (the launcher config CLUSTER, default cluster/aws.yaml)
+##@ Launched cluster (the launcher config CLUSTER: cluster/aws.yaml, or cluster/local.yaml)
 
 .PHONY: up
-up: $(INSTALLED) token ## Launch or update the cluster: ray up -y CLUSTER
+up: $(INSTALLED) token ## Launch or update the cluster: make token, then ray up -y CLUSTER
 	@$(need-cluster-file)
 	ray up -y $(CLUSTER)
 
@@ -147,7 +157,7 @@ token: $(INSTALLED) ## Create the cluster token ~/.ray/auth_token unless it exis
 	@echo "token: ~/.ray/auth_token (keep it secret: it opens the cluster's Jobs API)"
 
 .PHONY: docker-engine
-docker-engine: ## Install Debian's Docker engine and debootstrap if missing, start dockerd if none answers (root)
+docker-engine: ## Install Docker, debootstrap, sshd (not started), ssh, rsync if missing; start dockerd (root)
 	@infra/ci-docker.sh
 
 ##@ Jobs (on the cluster at RAY_ADDRESS)
@@ -186,3 +196,15 @@ train: $(INSTALLED) ## Train without Ray Jobs: cd job/JOB && python -m <package>
 .PHONY: bench
 bench: $(INSTALLED) ## Benchmark pong: cd job/pong && python -m pgpong.bench ARGS
 	cd job/pong && env -u RAY_ADDRESS python -m pgpong.bench $(ARGS)
+
+##@ Watch a run (on this machine; RUN and CHECKPOINT may be on S3)
+
+.PHONY: plot
+plot: $(INSTALLED) ## Learning curves of RUN in one PNG (RUN/curve.png): reward, episode length, steps/s
+	@if [[ -z "$(RUN)" ]]; then echo "make: pass RUN=<run dir>, the trainer's --run-dir (a folder or s3://bucket/prefix)" >&2; exit 1; fi
+	PYTHONPATH=job/pong python -m pgpong.plot "$(RUN)" $(ARGS)
+
+.PHONY: play
+play: $(INSTALLED) ## Play GAMES games with CHECKPOINT, print each score, write the first as a GIF
+	@if [[ -z "$(CHECKPOINT)" ]]; then echo "make: pass CHECKPOINT=<ckpt-NNNNNN.npz, or a run dir for its newest checkpoint>" >&2; exit 1; fi
+	PYTHONPATH=job/pong python -m pgpong.play "$(CHECKPOINT)" --games $(GAMES) $(ARGS)

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Makes a Docker engine answer on this machine, so tests/test_image.py builds the image
-# for real instead of skipping. CI runs it before the tests; by hand:
+# for real instead of skipping, and installs what tests/test_local_docker.py needs for
+# `ray up cluster/local.yaml` here. CI runs it before the tests; by hand:
 #
-#   infra/ci-docker.sh
+#   infra/ci-docker.sh            (or: make docker-engine)
 #
-# Installs Debian's docker.io if dockerd is missing, and debootstrap, which
-# infra/build-image.sh needs where Docker Hub cannot be reached; then starts dockerd
-# unless an engine already answers, and waits until it does. Running it again changes
-# nothing. Needs root and apt-get (Debian or Ubuntu). Machines without an init system
-# (containers, CI sandboxes) get dockerd started here in the background; it is left
-# running for later builds, logging to $DOCKERD_LOG (default /tmp/dockerd.log).
+# Installs from Debian what is missing: docker.io; debootstrap, which
+# infra/build-image.sh needs where Docker Hub cannot be reached; openssh-server,
+# openssh-client and rsync, through which Ray's launcher reaches a host. The SSH server
+# is only installed, never started: the test runs one of its own, on 127.0.0.1.
+# Then starts dockerd unless an engine already answers, and waits until it does.
+# Running it again changes nothing. Needs root and apt-get (Debian or Ubuntu). Machines
+# without an init system (containers, CI sandboxes) get dockerd started here in the
+# background; it is left running for later builds, logging to $DOCKERD_LOG (default
+# /tmp/dockerd.log).
 set -eu -o pipefail
 
 log="${DOCKERD_LOG:-/tmp/dockerd.log}"
@@ -19,10 +23,22 @@ die() { echo "ci-docker: $*" >&2; exit 1; }
 missing=()
 command -v dockerd >/dev/null || missing+=(docker.io)
 command -v debootstrap >/dev/null || missing+=(debootstrap)
+[[ -x /usr/sbin/sshd ]] || missing+=(openssh-server)
+command -v ssh >/dev/null || missing+=(openssh-client)
+command -v rsync >/dev/null || missing+=(rsync)
 if ((${#missing[@]})); then
     [[ $EUID -eq 0 ]] || die "installing ${missing[*]} needs root; run this as root"
-    command -v apt-get >/dev/null || die "no apt-get here; install Docker and debootstrap with this system's package manager"
+    command -v apt-get >/dev/null || die "no apt-get here; install ${missing[*]} with this system's package manager"
     say "installing ${missing[*]}"
+    # Debian starts a service when its package is installed unless policy-rc.d says no
+    # (exit 101). The system's SSH server would take port 22 for good: say no to every
+    # start while installing, unless this machine already has a policy of its own.
+    policy=/usr/sbin/policy-rc.d
+    if [[ ! -e $policy ]]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy"
+        chmod 755 "$policy"
+        trap 'rm -f "$policy"' EXIT
+    fi
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi

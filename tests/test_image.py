@@ -60,7 +60,7 @@ def test_the_default_base_is_rays_image_of_the_pinned_version():
     ray_pin = re.search(r"^ray\[default\]==(\S+)", (REPO / "requirements.txt").read_text(), re.M).group(1)
     base = re.search(r"^ARG BASE_IMAGE=(\S+)", (REPO / "infra" / "Dockerfile").read_text(), re.M).group(1)
     assert base == f"rayproject/ray:{ray_pin}-py311-cpu"
-    # Ray restarts a node's container only when the image name changes (infra/image.env).
+    # The image name says which Ray is inside (infra/image.env).
     assert f"ray{ray_pin}" in IMAGE
 
 

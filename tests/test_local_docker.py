@@ -1,0 +1,410 @@
+"""cluster/local.yaml for real: Ray's own launcher starts the pong cluster in a container
+on this machine over SSH, the pong job trains in it, and `ray down` removes it.
+
+    make test-docker      # this test alone (`make test` leaves it out); about a minute
+
+It follows the README's "One laptop or workstation" steps, with the parts a user does
+by hand done for them:
+
+1. an SSH server of the test's own on 127.0.0.1 port 22, with a host key and a login
+   key made for the test (Ray's local provider always connects to port 22: it has no
+   setting for another port);
+2. `make image`;
+3. `ray up -y` on a copy of cluster/local.yaml whose auth names this user and that key
+   (what the README asks a user to edit), whose token file is the test's own, so
+   ~/.ray is not touched, and whose head takes free ports instead of Ray's defaults
+   (6379, 8265, 10001, 52365), so a Ray already running here does not matter;
+4. `make submit JOB=pong` with a tiny batch, `ray job logs --follow` to the `done`
+   line, and the Jobs API reporting SUCCEEDED;
+5. a Ray worker inside the container runs with OPENBLAS_NUM_THREADS=1, and the Jobs API
+   refuses a request without the token;
+6. `ray down -y`, after which the container is gone.
+
+Needs root (port 22, an sshd that can log root in), a Docker engine, sshd, ssh and
+rsync: `make docker-engine` installs them on Debian. Port 22 on 127.0.0.1 and the
+container name must be free; the test says so and stops if not.
+
+Whatever the test starts is stopped at the end, also when a step fails: the cluster
+(`ray down`, else `docker rm -f` of the container, which did not exist before), the
+sshd with every session it forked, and Ray's SSH control connections. The files Ray's
+launcher wrote for this run are removed; ~/.ssh is checked to be unchanged.
+"""
+
+import getpass
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+from ray.autoscaler.sdk import get_docker_host_mount_location
+
+from conftest import RAY, REPO, clean_env, free_port, run
+
+LOCAL_YAML = REPO / "cluster" / "local.yaml"
+COMMITTED = yaml.safe_load(LOCAL_YAML.read_text())
+CLUSTER_NAME = COMMITTED["cluster_name"]
+CONTAINER = COMMITTED["docker"]["container_name"]
+TOKEN_MOUNT = "~/.ray/auth_token"
+JOB_ARGS = "--batch-size 2 --updates 1"
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+# sshd refuses to start without its privilege separation folder; Debian's service
+# script makes it at boot, so a machine without an init system may lack it.
+PRIVSEP_DIR = Path("/run/sshd")
+LAUNCHER_TIMEOUT_S = 900
+JOB_TIMEOUT_S = 600
+
+SSHD_CONFIG = """\
+ListenAddress 127.0.0.1
+Port 22
+HostKey {folder}/host_key
+AuthorizedKeysFile {folder}/authorized_keys
+PidFile {folder}/sshd.pid
+AllowUsers {user}
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+# The key files live in the test's temp folder, under the world-writable /tmp.
+StrictModes no
+"""
+
+# Run inside the container by `python -`: a task of the cluster, started by the raylet
+# with no runtime env, reports the thread preset its worker process got.
+WORKER_PROBE = """\
+import os, ray
+ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
+
+@ray.remote
+def worker_env():
+    return os.getpid(), os.environ.get("OPENBLAS_NUM_THREADS", "unset")
+
+pid, threads = ray.get(worker_env.remote())
+print(f"probe worker_pid={pid} OPENBLAS_NUM_THREADS={threads}")
+"""
+
+
+def fields(line):
+    """{'updates': '1', ...} from a key=value log line."""
+    return dict(word.split("=", 1) for word in line.split() if "=" in word)
+
+
+def port_taken(port):
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def container_exists():
+    found = subprocess.run(["docker", "ps", "-aq", "--filter", f"name=^{CONTAINER}$"],
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    return bool(found.stdout.strip())
+
+
+def what_is_missing():
+    """One sentence per thing this machine lacks for the test; empty when ready."""
+    missing = []
+    if os.geteuid() != 0:
+        missing.append("run it as root: its own sshd must listen on port 22")
+    for tool, package in (("docker", "docker.io"), (SSHD, "openssh-server"), ("ssh", "openssh-client"),
+                          ("ssh-keygen", "openssh-client"), ("rsync", "rsync")):  # fmt: skip
+        if shutil.which(tool) is None:
+            missing.append(f"no {tool} here; install {package} (`make docker-engine` does)")
+    if missing:
+        return missing
+    if subprocess.run(["docker", "info"], capture_output=True, timeout=60).returncode != 0:
+        return ["no Docker engine answers; start one with `make docker-engine`"]
+    if container_exists():
+        missing.append(f"a container named {CONTAINER} exists; `ray down cluster/local.yaml` (or docker rm it) first")
+    if port_taken(22):
+        missing.append("127.0.0.1:22 is taken, and the test's sshd needs it (Ray's local provider knows no other "
+                       "SSH port); stop the SSH server that listens there")  # fmt: skip
+    return missing
+
+
+def children_of():
+    """{pid: [child pids]} over the live (non-zombie) processes."""
+    tree = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            state, ppid = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
+        except (OSError, ValueError):
+            continue
+        if state != "Z":
+            tree.setdefault(int(ppid), []).append(int(entry.name))
+    return tree
+
+
+def with_descendants(pid):
+    tree, found, todo = children_of(), [], [pid]
+    while todo:
+        found.append(todo.pop())
+        todo.extend(tree.get(found[-1], []))
+    return found
+
+
+def alive(pids):
+    tree = children_of()
+    live = {child for children in tree.values() for child in children}
+    return [pid for pid in pids if pid in live]
+
+
+def stop_processes(pids, grace_s=5.0):
+    """SIGTERM, then SIGKILL what is left after grace_s; returns the survivors."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in alive(pids):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace_s
+        while alive(pids) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    return alive(pids)
+
+
+def ray_control_dir():
+    """The folder of Ray's SSH control sockets for this cluster (see SSHCommandRunner)."""
+
+    def short_hash(text):
+        return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+    return Path(f"/tmp/ray_ssh_{short_hash(getpass.getuser())}") / short_hash(CLUSTER_NAME)
+
+
+def close_ray_ssh_connections():
+    """Ray keeps an SSH connection to each node open after each command (ControlPersist)."""
+    control_dir = ray_control_dir()
+    for control_socket in control_dir.glob("*"):
+        subprocess.run(["ssh", "-o", f"ControlPath={control_socket}", "-O", "exit", "127.0.0.1"],
+                       capture_output=True, timeout=30)  # fmt: skip
+    masters = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and str(control_dir).encode() in (entry / "cmdline").read_bytes():
+                masters.append(int(entry.name))
+        except OSError:
+            continue
+    stop_processes(masters)
+
+
+def launcher_files():
+    """What Ray's launcher writes on this machine for a `ray up` of CLUSTER_NAME."""
+    # `ray up` runs with clean_env(): no RAY_TMPDIR, so Ray's temp dir follows TMPDIR.
+    ray_tmp = Path(os.environ.get("TMPDIR") or "/tmp") / "ray"
+    host_copy = Path(get_docker_host_mount_location(CLUSTER_NAME))
+    fixed = [ray_tmp / f"cluster-{CLUSTER_NAME}.state", ray_tmp / f"cluster-{CLUSTER_NAME}.lock",
+             host_copy, host_copy.parent, ray_control_dir(), ray_control_dir().parent]  # fmt: skip
+    temp = Path(tempfile.gettempdir())
+    cached = [*temp.glob("ray-config-*"), *temp.glob("ray-up-*")]
+    return {path for path in fixed + cached if path.exists()}
+
+
+def remove(path):
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def snapshot(folder):
+    """{name: (size, mtime)} of the files in folder, to prove it was left alone."""
+    if not folder.is_dir():
+        return None
+    return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir()}
+
+
+def clear(text):
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def tail(path, lines=60):
+    return "\n".join(clear(Path(path).read_text(errors="replace")).splitlines()[-lines:])
+
+
+@pytest.fixture
+def ready_machine():
+    missing = what_is_missing()
+    if missing:
+        pytest.fail("this machine cannot run the local docker test yet:\n- " + "\n- ".join(missing), pytrace=False)
+
+
+@pytest.fixture
+def sshd(ready_machine, tmp_path):
+    """An SSH server on 127.0.0.1:22 that logs this user in with a key made here."""
+    folder = tmp_path / "ssh"
+    folder.mkdir()
+    user = getpass.getuser()
+    for name in ("login_key", "host_key"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "pong-local-test", "-f", str(folder / name)],
+                       check=True, timeout=60)  # fmt: skip
+    (folder / "authorized_keys").write_text((folder / "login_key.pub").read_text())
+    (folder / "sshd_config").write_text(SSHD_CONFIG.format(folder=folder, user=user))
+    home_ssh = Path.home() / ".ssh"
+    before = snapshot(home_ssh)
+    made_privsep = not PRIVSEP_DIR.exists()
+    if made_privsep:
+        PRIVSEP_DIR.mkdir(mode=0o755)
+    log = open(folder / "sshd.log", "w")
+    server = subprocess.Popen([SSHD, "-D", "-e", "-f", str(folder / "sshd_config")],
+                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    login = ["ssh", "-i", str(folder / "login_key"), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+             "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", f"{user}@127.0.0.1", "true"]  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while subprocess.run(login, capture_output=True, timeout=30).returncode != 0:
+            if server.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the test's sshd does not log {user} in; its log:\n{tail(folder / 'sshd.log')}")
+            time.sleep(0.5)
+        yield SimpleNamespace(user=user, key=folder / "login_key")
+    finally:
+        survivors = stop_processes(with_descendants(server.pid))
+        server.wait(timeout=30)
+        log.close()
+        if made_privsep:
+            shutil.rmtree(PRIVSEP_DIR, ignore_errors=True)
+        assert not survivors, f"processes of the test's sshd survived: {survivors}"
+        assert snapshot(home_ssh) == before, "~/.ssh changed during the test"
+
+
+@pytest.fixture
+def cluster_yaml(sshd, tmp_path):
+    """cluster/local.yaml as the README has a user edit it, in a temp folder.
+
+    Tears the cluster down if the test did not get that far, and removes the files
+    Ray's launcher left for this run."""
+    assert COMMITTED["provider"] == {"type": "local", "head_ip": "127.0.0.1", "worker_ips": []}, COMMITTED["provider"]
+    token = tmp_path / "auth_token"
+    token.write_text(hashlib.sha256(os.urandom(32)).hexdigest())
+    token.chmod(0o600)
+    config = yaml.safe_load(LOCAL_YAML.read_text())
+    config["auth"] = {"ssh_user": sshd.user, "ssh_private_key": str(sshd.key)}
+    config["file_mounts"][TOKEN_MOUNT] = str(token)
+    # The container shares the host's network: the head's ports are this machine's.
+    (start,) = [i for i, command in enumerate(config["head_start_ray_commands"]) if "ray start" in command]
+    command, dashboard_port = config["head_start_ray_commands"][start], free_port()
+    assert " --port=6379 " in command, command
+    config["head_start_ray_commands"][start] = command.replace(" --port=6379 ", f" --port={free_port()} ") + (
+        f" --dashboard-port={dashboard_port} --ray-client-server-port={free_port()}"
+        f" --dashboard-agent-listen-port={free_port()}")  # fmt: skip
+    path = tmp_path / "local.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    before = launcher_files()
+    try:
+        yield SimpleNamespace(path=path, token=token, log=tmp_path / "launcher.log",
+                              dashboard=f"http://127.0.0.1:{dashboard_port}")  # fmt: skip
+    finally:
+        try:
+            if container_exists():
+                launcher("down", path, tmp_path / "launcher.log")
+            if container_exists():
+                subprocess.run(["docker", "rm", "-f", CONTAINER], capture_output=True, timeout=120)
+        finally:
+            close_ray_ssh_connections()
+            for leftover in launcher_files() - before:
+                remove(leftover)
+
+
+def launcher(verb, config, log_path):
+    """`ray up|down CONFIG -y`, run from the repository root as the README says."""
+    with open(log_path, "a") as log:
+        log.write(f"\n$ ray {verb} {config} -y\n")
+        log.flush()
+        return subprocess.run([RAY, verb, str(config), "-y"], cwd=REPO, env=clean_env(), stdout=log,
+                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=LAUNCHER_TIMEOUT_S)  # fmt: skip
+
+
+def jobs_api(address, path, token=None):
+    """(HTTP status, JSON body or None) of a GET on the head's Jobs API."""
+    request = urllib.request.Request(address + path)
+    if token:
+        request.add_header("Authorization", "Bearer " + token)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, None
+
+
+def dashboard_answer(address, token, wait_s=60):
+    """The HTTP status of /api/version with the token, once a dashboard answers at all."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return jobs_api(address, "/api/version", token)[0]
+        except OSError as error:  # not listening yet
+            if time.monotonic() > deadline:
+                return f"nothing ({error})"
+            time.sleep(1)
+
+
+@pytest.mark.docker
+def test_ray_up_local_yaml_trains_pong_in_a_container(cluster_yaml, tmp_path):
+    seconds = {}
+    started = time.monotonic()
+
+    def lap(step):
+        nonlocal started
+        seconds[step] = round(time.monotonic() - started, 1)
+        started = time.monotonic()
+
+    built = run(["make", "image"], clean_env(), timeout=LAUNCHER_TIMEOUT_S)
+    assert built.returncode == 0 and "built image=" in built.stdout, built.stdout + built.stderr
+    lap("image")
+
+    up = launcher("up", cluster_yaml.path, cluster_yaml.log)
+    assert up.returncode == 0, f"`ray up` failed:\n{tail(cluster_yaml.log)}"
+    assert container_exists(), f"`ray up` started no container {CONTAINER}:\n{tail(cluster_yaml.log)}"
+    lap("ray_up")
+
+    token, dashboard = cluster_yaml.token.read_text().strip(), cluster_yaml.dashboard
+    answer = dashboard_answer(dashboard, token)
+    assert answer == 200, f"the head's dashboard {dashboard} answers {answer} to the token:\n{tail(cluster_yaml.log)}"
+    client = clean_env(RAY_ADDRESS=dashboard, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(cluster_yaml.token),
+                       LAST_JOB_FILE=str(tmp_path / "last-job"))  # fmt: skip
+    submitted = run(["make", "submit", "JOB=pong", f"ARGS={JOB_ARGS}"], client, timeout=120)
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    job_id = (tmp_path / "last-job").read_text().strip()
+    logs = run([RAY, "job", "logs", job_id, "--follow"], client, timeout=JOB_TIMEOUT_S)
+    lines = clear(logs.stdout).splitlines()
+    start = [line for line in lines if line.startswith("start ")]
+    done = [line for line in lines if line.startswith("done ")]
+    assert start and done, f"no start or done line in the job's logs:\n{logs.stdout[-3000:]}{logs.stderr[-3000:]}"
+    status, deadline = None, time.monotonic() + 60
+    while status not in ("SUCCEEDED", "FAILED", "STOPPED") and time.monotonic() < deadline:
+        status = (jobs_api(dashboard, f"/api/jobs/{job_id}", token)[1] or {}).get("status")
+        time.sleep(0.5)
+    assert status == "SUCCEEDED", f"job {job_id} is {status}:\n{logs.stdout[-3000:]}"
+    assert fields(done[-1])["updates"] == "1" and fields(start[0])["blas_threads"] == "1", start + done
+    lap("job")
+
+    probe = subprocess.run(["docker", "exec", "-i", CONTAINER, "bash", "--login", "-c", "python -"],
+                           input=WORKER_PROBE, capture_output=True, text=True, timeout=120)  # fmt: skip
+    probed = [line for line in probe.stdout.splitlines() if line.startswith("probe ")]
+    assert probe.returncode == 0 and probed, probe.stdout + probe.stderr
+    assert fields(probed[0])["OPENBLAS_NUM_THREADS"] == "1", probed[0]
+    refused, _ = jobs_api(dashboard, "/api/jobs/")
+    assert refused in (401, 403), f"the Jobs API answered HTTP {refused} to a request without the token"
+    assert jobs_api(dashboard, "/api/jobs/", token)[0] == 200
+    lap("checks")
+
+    down = launcher("down", cluster_yaml.path, cluster_yaml.log)
+    assert down.returncode == 0, f"`ray down` failed:\n{tail(cluster_yaml.log)}"
+    assert not container_exists(), f"`ray down` left the container {CONTAINER}"
+    lap("ray_down")
+
+    print(f"local_docker job={job_id} status={status} {probed[0][len('probe '):]} refused_without_token={refused} "
+          + " ".join(f"{step}_s={value}" for step, value in seconds.items()))  # fmt: skip
+    print(done[-1])
