@@ -37,7 +37,7 @@ DEFAULT_TOKEN_PATH = Path.home() / ".ray" / "auth_token"
 # Never uploaded, in .gitignore syntax relative to the job folder: files made by running
 # a job, and anything that could hold a secret (the cluster must get none from here).
 EXCLUDES = [
-    "__pycache__/", "*.pyc", "*.nbi", "*.nbc", ".pytest_cache/", "runs/",
+    "__pycache__/", "*.pyc", "*.nbi", "*.nbc", ".pytest_cache/", "runs/", "results/",
     ".env", ".env.*", "*.pem", "*.key", "*.p12", ".aws/", ".ssh/", ".netrc", "*credentials*", "*auth_token*",
 ]  # fmt: skip
 HTTP_TIMEOUT_S = 10
