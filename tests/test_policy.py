@@ -26,7 +26,7 @@ def test_prepro_crops_downsamples_and_erases_background():
     screen[35, 2 * 3, 1] = 200  # other channels are ignored
     img = policy.prepro(screen).reshape(80, 80)
     assert img.dtype == np.float32
-    assert sorted(zip(*np.nonzero(img))) == [(0, 0), (10, 79), (79, 5)]
+    assert sorted(zip(*np.nonzero(img), strict=True)) == [(0, 0), (10, 79), (79, 5)]
     assert set(np.unique(img)) == {0.0, 1.0}
 
 
