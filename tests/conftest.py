@@ -44,6 +44,11 @@ def read_env_file(path):
 THREADS = read_env_file(REPO / "infra" / "threads.env")
 
 
+def fields(line):
+    """{'updates': '2', ...}: the key=value pairs of one log line such as 'done updates=2 ...'."""
+    return dict(word.split("=", 1) for word in line.split() if "=" in word)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -234,7 +239,6 @@ def run(command, env, timeout=300, cwd=REPO):
 def local_ray():
     """Ray inside the test process (2 CPUs), for tests that drive the trainer's classes directly."""
     import ray
-
     from pong_helpers import JOB_DIR
 
     runtime_env = {"env_vars": {"PYTHONPATH": str(JOB_DIR), **THREADS}}  # as the job's working dir does

@@ -3,7 +3,6 @@
 import pathlib
 
 import numpy as np
-
 from pgpong import policy, rollout
 
 JOB_DIR = pathlib.Path(__file__).resolve().parents[1] / "job" / "pong"  # pytest puts it on sys.path

@@ -9,9 +9,8 @@ import time
 
 import numpy as np
 import pytest
-
-from pong_helpers import JOB_DIR
 from pgpong import checkpoint, policy
+from pong_helpers import JOB_DIR
 
 
 def make_state(update, seed=0, env="Pong-v0"):

@@ -12,22 +12,15 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import REPO, THREADS, read_env_file
 from ray.autoscaler._private.util import prepare_config, validate_config
 from ray.autoscaler.sdk import get_docker_host_mount_location
 
-REPO = Path(__file__).resolve().parent.parent
 CLUSTER_FILES = sorted((REPO / "cluster").glob("*.yaml"))
 TOKEN = "~/.ray/auth_token"
 
 
-def env_file(path):
-    """{KEY: VALUE} of a KEY=VALUE file like infra/threads.env."""
-    pairs = (l.split("=", 1) for l in Path(path).read_text().splitlines() if l.strip() and not l.startswith("#"))
-    return {key.strip(): value.strip() for key, value in pairs}
-
-
-THREADS = env_file(REPO / "infra" / "threads.env")
-IMAGE = env_file(REPO / "infra" / "image.env")["IMAGE"]
+IMAGE = read_env_file(REPO / "infra" / "image.env")["IMAGE"]
 
 
 def prepared(path):

@@ -5,15 +5,11 @@ import re
 import time
 
 import pytest
-
-from conftest import RAY, run
+from conftest import RAY, fields, run
 
 JOB_TIMEOUT_S = 600
 
 
-def key_values(line):
-    """{'updates': '2', ...} from a log line 'done updates=2 ...'."""
-    return dict(part.split("=", 1) for part in line.split() if "=" in part)
 
 
 @pytest.mark.slow
@@ -49,7 +45,7 @@ def test_pong_job_on_two_nodes(ray_cluster, tmp_path):
     assert f"Job '{job_id}' succeeded" in status, status + logs.stdout[-3000:]
 
     assert ray_cluster.token not in logs.stdout + logs.stderr  # the token never reaches the logs
-    start_fields, done_fields = key_values(start[0]), key_values(done[-1])
+    start_fields, done_fields = fields(start[0]), fields(done[-1])
     assert start_fields["blas_threads"] == "1", start[0]
     assert done_fields["updates"] == "2", done[-1]
     assert done_fields["nodes"] == "2", done[-1]

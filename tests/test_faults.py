@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 import pytest
-
+from conftest import fields
 from pgpong import policy
 from pgpong.pool import RolloutPool
 
@@ -101,8 +101,6 @@ class LogFollower:
         self.proc.wait()
 
 
-def fields(line):
-    return dict(part.split("=", 1) for part in line.split() if "=" in part)
 
 
 @pytest.mark.slow

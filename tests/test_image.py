@@ -11,21 +11,14 @@ debootstrap where Docker Hub cannot be reached); later ones hit the caches in se
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
+from conftest import REPO, THREADS, read_env_file
 
-REPO = Path(__file__).resolve().parent.parent
 BUILD_TIMEOUT_S = 1800
 
 
-def env_file(path):
-    pairs = (l.split("=", 1) for l in Path(path).read_text().splitlines() if l.strip() and not l.startswith("#"))
-    return {key.strip(): value.strip() for key, value in pairs}
-
-
-THREADS = env_file(REPO / "infra" / "threads.env")
-IMAGE = env_file(REPO / "infra" / "image.env")["IMAGE"]
+IMAGE = read_env_file(REPO / "infra" / "image.env")["IMAGE"]
 
 # Run inside the container by a login shell, as the cluster launcher runs commands.
 IN_CONTAINER = r"""

@@ -48,9 +48,8 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from conftest import RAY, REPO, clean_env, fields, free_port, run
 from ray.autoscaler.sdk import get_docker_host_mount_location
-
-from conftest import RAY, REPO, clean_env, free_port, run
 
 LOCAL_YAML = REPO / "cluster" / "local.yaml"
 COMMITTED = yaml.safe_load(LOCAL_YAML.read_text())
@@ -95,9 +94,6 @@ print(f"probe worker_pid={pid} OPENBLAS_NUM_THREADS={threads}")
 """
 
 
-def fields(line):
-    """{'updates': '1', ...} from a key=value log line."""
-    return dict(word.split("=", 1) for word in line.split() if "=" in word)
 
 
 def port_taken(port):

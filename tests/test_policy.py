@@ -2,9 +2,8 @@
 
 import numpy as np
 import pytest
-
-from pong_helpers import sparse_replay
 from pgpong import policy, textbook
+from pong_helpers import sparse_replay
 
 
 def blank_screen():

@@ -7,7 +7,6 @@ import urllib.error
 import urllib.request
 
 import pytest
-
 from conftest import RAY, clean_env, free_port, run
 
 

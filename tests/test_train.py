@@ -8,9 +8,8 @@ import subprocess
 import sys
 
 import pytest
-
-from pong_helpers import JOB_DIR
 from pgpong import config, train
+from pong_helpers import JOB_DIR
 
 
 def run_cli(*args, timeout=300):

@@ -7,7 +7,7 @@ import urllib.request
 import uuid
 
 import pytest
-from conftest import REPO, clean_env, run
+from conftest import REPO, clean_env, fields, run
 from pgpong import checkpoint, play, plot, rollout, watch
 from PIL import Image
 from pong_helpers import JOB_DIR
@@ -17,9 +17,6 @@ from test_train import run_cli
 METRICS_TIMEOUT_S = 60  # Ray's metrics agent exports what the driver recorded every ~10 s
 
 
-def fields(line):
-    """The key=value pairs of one log line (its leading bare word, if any, is skipped)."""
-    return dict(word.split("=", 1) for word in line.split() if "=" in word)
 
 
 def only(out, prefix):
