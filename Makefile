@@ -39,8 +39,24 @@ STATUS_WORD := -e "s/.*Job '[^']*' succeeded.*/SUCCEEDED/p" -e "s/.*Job '[^']*' 
   -e "s/.*Job '[^']*' was stopped.*/STOPPED/p" -e "s/.*Status for job '[^']*': \([A-Z]*\).*/\1/p"
 
 BIN := $(abspath $(VENV))/bin
-# Touched after a successful install; reinstalls when a requirements file changes.
+# The venv is filled in layers, each from its lock (requirements*.txt, written by
+# `make lock` from the .in file of the same name). A layer's stamp is touched after its
+# install and made again when its lock changes, so each target installs only what it needs:
+#   INSTALLED  the job's runtime (requirements.txt): every target that runs Ray or the job
+#   TOOLS      + matplotlib and Pillow (requirements-tools.txt): make plot, make play
+#   TESTS      + pytest, moto, ruff (requirements-test.txt): make test, make lint
 INSTALLED := $(VENV)/.installed
+TOOLS := $(VENV)/.installed-tools
+TESTS := $(VENV)/.installed-test
+# uv installs the locks; pip installs uv itself (from requirements-uv.txt, with hashes).
+UV := $(VENV)/bin/uv
+UV_INSTALL := $(UV) pip install --quiet --require-hashes --python $(VENV)/bin/python
+# How `make lock` resolves: for every platform (a laptop may be a Mac), for Python 3.11
+# (the image's), every file's hash. LOCK_ARGS=--upgrade moves every unpinned package to
+# its newest release; without it the versions already in the locks are kept.
+LOCK_ARGS ?=
+LOCK := $(UV) pip compile --quiet --universal --python-version 3.11 --generate-hashes \
+  --custom-compile-command "make lock" $(LOCK_ARGS)
 # The job's package is the folder inside job/$(JOB) that has a train module.
 PACKAGE = $(notdir $(patsubst %/train.py,%,$(wildcard job/$(JOB)/*/train.py)))
 JOBS = $(notdir $(patsubst %/,%,$(dir $(patsubst %/,%,$(dir $(wildcard job/*/*/train.py))))))
@@ -81,14 +97,40 @@ help: ## Show this list
 	@echo "Variables: JOB=$(JOB) ARGS='$(ARGS)' CLUSTER=$(CLUSTER) RAY_ADDRESS=$(RAY_ADDRESS) VENV=$(VENV)"
 
 .PHONY: setup
-setup: $(INSTALLED) ## Create the venv from requirements-dev.txt (again when a requirements file changes)
+setup: $(INSTALLED) $(TOOLS) $(TESTS) ## Create the venv with every lock: runtime, tools, tests (again when a lock changes)
 
-$(INSTALLED): requirements.txt requirements-dev.txt
+# The venv and uv in it. The only step that uses pip; Python 3.11 and make are all a
+# fresh machine needs.
+$(UV): requirements-uv.txt
 	@if [[ ! -x $(VENV)/bin/python ]]; then \
 	  $(PYTHON) -m venv $(VENV) || { echo "make: '$(PYTHON) -m venv' failed; install Python 3.11 with its venv module (Debian: apt-get install python3-venv)" >&2; exit 1; }; \
 	fi
-	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check --require-hashes -r requirements-uv.txt
 	@touch $@
+
+$(INSTALLED): requirements.txt $(UV)
+	$(UV_INSTALL) -r requirements.txt
+	@touch $@
+
+$(TOOLS): requirements-tools.txt $(INSTALLED)
+	$(UV_INSTALL) -r requirements-tools.txt
+	@touch $@
+
+$(TESTS): requirements-test.txt $(INSTALLED)
+	$(UV_INSTALL) -r requirements-test.txt
+	@touch $@
+
+.PHONY: lock
+lock: $(UV) ## Write the locks requirements*.txt from the .in files after editing a pin (LOCK_ARGS=--upgrade: all)
+	$(LOCK) requirements-uv.in -o requirements-uv.txt
+	$(LOCK) requirements.in -o requirements.txt
+	$(LOCK) requirements-tools.in -c requirements.txt -o requirements-tools.txt
+	$(LOCK) requirements-test.in -c requirements.txt -c requirements-tools.txt -o requirements-test.txt
+
+.PHONY: lint
+lint: $(TESTS) ## Check formatting and lint with ruff (settings in pyproject.toml); fails on any finding
+	ruff format --check --diff .
+	ruff check .
 
 .PHONY: demo
 demo: $(INSTALLED) ## Start the local cluster, submit a small pong run, follow it to the end
@@ -103,11 +145,11 @@ demo: $(INSTALLED) ## Start the local cluster, submit a small pong run, follow i
 	if ! grep -q '^done ' "$$log"; then echo "demo: the job succeeded but printed no 'done' line" >&2; exit 1; fi
 
 .PHONY: test
-test: $(INSTALLED) ## Run the test suite but the docker test, real two-node cluster tests included (a few minutes)
+test: $(TESTS) $(TOOLS) ## Run the test suite but the docker test, real two-node cluster tests included (a few minutes)
 	python -m pytest
 
 .PHONY: test-docker
-test-docker: $(INSTALLED) ## ray up cluster/local.yaml here, train in the container, ray down (root, Docker, sshd)
+test-docker: $(TESTS) ## ray up cluster/local.yaml here, train in the container, ray down (root, Docker, sshd)
 	python -m pytest -m docker -rA
 
 ##@ Local cluster (this machine)
@@ -121,7 +163,7 @@ local-status: $(INSTALLED) ## Say whether the local head runs, and show `ray sta
 	@VENV=$(VENV) cluster/local-ray.sh status
 
 .PHONY: local-down
-local-down: $(INSTALLED) ## Stop the local cluster (`ray stop`: every Ray process of yours here)
+local-down: $(INSTALLED) ## Stop the head that local-up started, and only it (other Ray processes here are left alone)
 	@VENV=$(VENV) cluster/local-ray.sh down
 
 ##@ Launched cluster (the launcher config CLUSTER: cluster/aws.yaml, or cluster/local.yaml)
@@ -200,11 +242,11 @@ bench: $(INSTALLED) ## Benchmark pong: cd job/pong && python -m pgpong.bench ARG
 ##@ Watch a run (on this machine; RUN and CHECKPOINT may be on S3)
 
 .PHONY: plot
-plot: $(INSTALLED) ## Learning curves of RUN in one PNG (RUN/curve.png): reward, episode length, steps/s
+plot: $(TOOLS) ## Learning curves of RUN in one PNG (RUN/curve.png): reward, episode length, steps/s
 	@if [[ -z "$(RUN)" ]]; then echo "make: pass RUN=<run dir>, the trainer's --run-dir (a folder or s3://bucket/prefix)" >&2; exit 1; fi
 	PYTHONPATH=job/pong python -m pgpong.plot "$(RUN)" $(ARGS)
 
 .PHONY: play
-play: $(INSTALLED) ## Play GAMES games with CHECKPOINT, print each score, write the first as a GIF
+play: $(TOOLS) ## Play GAMES games with CHECKPOINT, print each score, write the first as a GIF
 	@if [[ -z "$(CHECKPOINT)" ]]; then echo "make: pass CHECKPOINT=<ckpt-NNNNNN.npz, or a run dir for its newest checkpoint>" >&2; exit 1; fi
 	PYTHONPATH=job/pong python -m pgpong.play "$(CHECKPOINT)" --games $(GAMES) $(ARGS)

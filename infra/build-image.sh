@@ -14,7 +14,8 @@
 #   local     for machines that reach Debian's mirror and PyPI but no image registry: a
 #             Debian 12 root made by debootstrap (Python 3.11 with a venv at /opt/venv,
 #             rsync, ssh), imported into Docker; pip inside the build installs only from a
-#             wheelhouse that pip downloads here first. Needs root and the debootstrap package.
+#             wheelhouse that pip downloads here first, checked against the lock's hashes.
+#             Needs root and the debootstrap package.
 #
 # Both are cached: the Debian root in .cache/image/, the wheels in .cache/wheelhouse/ (made
 # again when requirements.txt changes), the layers in Docker. Delete .cache/ to start over.
@@ -99,9 +100,9 @@ download_wheels() {
     # The wheels must fit the container's Python: same version, Linux x86_64 like the base.
     "$python" -c 'import sys, platform; sys.exit(sys.version_info[:2] != (3, 11) or platform.machine() != "x86_64")' \
         || die "$python is not Python 3.11 on x86_64 Linux, so its wheels would not fit the image; set PYTHON to one that is"
-    say "downloading the wheels of requirements.txt into $cache/wheelhouse"
+    say "downloading the wheels of the lock requirements.txt into $cache/wheelhouse"
     rm -rf "$cache/wheelhouse"
-    if ! "$python" -m pip download --disable-pip-version-check --only-binary=:all: \
+    if ! "$python" -m pip download --disable-pip-version-check --only-binary=:all: --require-hashes \
         -r "$repo/requirements.txt" -d "$cache/wheelhouse" >"$cache/image/pip-download.log" 2>&1; then
         tail -5 "$cache/image/pip-download.log" >&2
         die "pip could not download the wheels of requirements.txt (log: $cache/image/pip-download.log); check that this machine reaches PyPI"

@@ -11,14 +11,20 @@ debootstrap where Docker Hub cannot be reached); later ones hit the caches in se
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 from conftest import REPO, THREADS, read_env_file
+
+sys.path.insert(0, str(REPO / "infra"))
+from check_image import read_lock  # noqa: E402
 
 BUILD_TIMEOUT_S = 1800
 
 
 IMAGE = read_env_file(REPO / "infra" / "image.env")["IMAGE"]
+# {name: version} of the runtime lock the image installs.
+LOCKED = {e.name: str(e.version) for e in read_lock(REPO / "requirements.txt") if e.applies()}
 
 # Run inside the container by a login shell, as the cluster launcher runs commands.
 IN_CONTAINER = r"""
@@ -37,7 +43,7 @@ PY
 
 
 def key_values(text, first_word):
-    line = next(l for l in text.splitlines() if l.startswith(first_word + " "))
+    line = next(line for line in text.splitlines() if line.startswith(first_word + " "))
     return dict(w.split("=", 1) for w in line.split()[1:])
 
 
@@ -50,7 +56,7 @@ def test_the_dockerfile_sets_the_thread_presets_of_threads_env():
 
 
 def test_the_default_base_is_rays_image_of_the_pinned_version():
-    ray_pin = re.search(r"^ray\[default\]==(\S+)", (REPO / "requirements.txt").read_text(), re.M).group(1)
+    ray_pin = LOCKED["ray"]
     base = re.search(r"^ARG BASE_IMAGE=(\S+)", (REPO / "infra" / "Dockerfile").read_text(), re.M).group(1)
     assert base == f"rayproject/ray:{ray_pin}-py311-cpu"
     # The image name says which Ray is inside (infra/image.env).
@@ -76,15 +82,28 @@ def test_the_image_builds_and_runs_pong():
     assert build.returncode == 0, build.stdout + build.stderr
     assert f"built image={IMAGE}" in build.stdout, build.stdout
 
-    ran = subprocess.run(["docker", "run", "--rm", IMAGE, "bash", "--login", "-c", IN_CONTAINER],
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    ran = subprocess.run(
+        ["docker", "run", "--rm", IMAGE, "bash", "--login", "-c", IN_CONTAINER],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert ran.returncode == 0, ran.stdout + ran.stderr
     env = key_values(ran.stdout, "env")
     assert {k: env[k] for k in THREADS} == THREADS and env["RAY_AUTH_MODE"] == "token", ran.stdout
     py = key_values(ran.stdout, "python")
-    pins = (REPO / "requirements.txt").read_text()
-    assert f"ray[default]=={py['ray']}" in pins and f"ale-py=={py['ale_py']}" in pins, py
+    assert (py["ray"], py["ale_py"]) == (LOCKED["ray"], LOCKED["ale-py"]), py
     assert py["obs"] == "210x160x3", py
+    # Every package of the lock at its locked version, checked inside the image.
+    checked = subprocess.run(
+        ["docker", "run", "--rm", IMAGE, "python", "/opt/pong/check_image.py"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    summary = key_values(checked.stdout, "check_image")
+    assert (summary["packages"], summary["mismatched"]) == (str(len(LOCKED)), "0"), checked.stdout
     # The cluster launcher needs these inside the container: ray on a login shell's
     # PATH, rsync to copy files in, ssh for the head to reach the workers.
     tools = dict(w.split("=", 1) for w in ran.stdout.splitlines()[0].split())
