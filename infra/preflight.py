@@ -10,7 +10,9 @@ AWS, with read-only calls, whether `ray up` can get what the YAML asks for:
     region            provider.region exists and is enabled for the account
     instance-type     each node type's instance type: its vCPUs and physical cores
     zones             provider.availability_zone are zones of the region offering the type
-    image             the AMI each node type boots (Ray's default for the region if unset)
+    image             the AMI each node type boots: an ImageId of resolve:ssm:<parameter>
+                      read from SSM as EC2 reads it at launch; its name, creation date
+                      and Ubuntu version
     quota             the vCPU quota the nodes count against (on demand: L-1216C47A,
                       Running On-Demand Standard instances; spot: L-34B43A08), minus what
                       already runs in the region, against what the YAML needs
@@ -135,7 +137,9 @@ def load_cluster(path):
     if not isinstance(raw, dict) or not isinstance(raw.get("provider"), dict):
         raise UserError(f"{path} has no provider section; is it a Ray cluster launcher config?")
     if raw["provider"].get("type") != "aws":
-        raise UserError(f"{path} uses provider type {raw['provider'].get('type')!r}; preflight checks AWS clusters only")
+        raise UserError(
+            f"{path} uses provider type {raw['provider'].get('type')!r}; preflight checks AWS clusters only"
+        )
 
     from ray.autoscaler._private.util import prepare_config, validate_config
 
@@ -193,8 +197,11 @@ def check_region(report, ec2, region):
         report.fail("region", "set provider.region to an AWS region name such as us-west-2", region=region)
         return False
     if regions[region] == "not-opted-in":
-        report.fail("region", f"enable {region} for your account (AWS console: Account, AWS Regions) or pick another",
-                    region=region)  # fmt: skip
+        report.fail(
+            "region",
+            f"enable {region} for your account (AWS console: Account, AWS Regions) or pick another",
+            region=region,
+        )
         return False
     report.ok("region", region=region)
     return True
@@ -214,14 +221,23 @@ def check_instance_types(report, ec2, plan, config):
     for name, node_config, _, _ in plan:
         instance_type = node_config.get("InstanceType", "")
         if instance_type not in known:
-            report.fail("instance-type", f"set InstanceType of {name} to an EC2 instance type, e.g. c5.9xlarge",
-                        node_type=name, instance_type=instance_type)  # fmt: skip
+            report.fail(
+                "instance-type",
+                f"set InstanceType of {name} to an EC2 instance type, e.g. c5.9xlarge",
+                node_type=name,
+                instance_type=instance_type,
+            )
             all_ok = False
             continue
         vcpus = known[instance_type]["DefaultVCpus"]
         ray_cpus = config["available_node_types"][name].get("resources", {}).get("CPU", "auto")
-        fields = dict(node_type=name, instance_type=instance_type, vcpus=vcpus,
-                      cores=known[instance_type].get("DefaultCores", "unknown"), ray_cpus=ray_cpus)  # fmt: skip
+        fields = dict(
+            node_type=name,
+            instance_type=instance_type,
+            vcpus=vcpus,
+            cores=known[instance_type].get("DefaultCores", "unknown"),
+            ray_cpus=ray_cpus,
+        )
         if ray_cpus != "auto" and ray_cpus > vcpus:
             report.fail("instance-type", f"lower resources.CPU of {name} to at most {vcpus}", **fields)
             all_ok = False
@@ -232,14 +248,18 @@ def check_instance_types(report, ec2, plan, config):
 
 def check_zones(report, ec2, region, zones_text, plan):
     region_zones = sorted(
-        z["ZoneName"] for z in ec2.describe_availability_zones()["AvailabilityZones"]
+        z["ZoneName"]
+        for z in ec2.describe_availability_zones()["AvailabilityZones"]
         if z.get("State") == "available" and z.get("ZoneType", "availability-zone") == "availability-zone"
-    )  # fmt: skip
+    )
     wanted = [z.strip() for z in zones_text.split(",") if z.strip()] if zones_text else region_zones
     strangers = [z for z in wanted if z not in region_zones]
     if strangers:
-        report.fail("zones", f"set provider.availability_zone to zones of {region}: {','.join(region_zones)}",
-                    not_in_region=",".join(strangers))  # fmt: skip
+        report.fail(
+            "zones",
+            f"set provider.availability_zone to zones of {region}: {','.join(region_zones)}",
+            not_in_region=",".join(strangers),
+        )
         return
     for instance_type in sorted({node_config["InstanceType"] for _, node_config, _, _ in plan}):
         offers = ec2.describe_instance_type_offerings(
@@ -249,23 +269,66 @@ def check_zones(report, ec2, region, zones_text, plan):
         missing = [z for z in wanted if z not in offered]
         if missing:
             where = ",".join(offered) or f"no zone of {region}"
-            report.fail("zones", f"remove {','.join(missing)} from provider.availability_zone; "
-                        f"{instance_type} is offered in {where}",
-                        instance_type=instance_type, not_offered=",".join(missing))  # fmt: skip
+            report.fail(
+                "zones",
+                f"remove {','.join(missing)} from provider.availability_zone; {instance_type} is offered in {where}",
+                instance_type=instance_type,
+                not_offered=",".join(missing),
+            )
         else:
             report.ok("zones", instance_type=instance_type, zones=",".join(wanted))
 
 
-def check_images(report, ec2, region, plan):
+# An ImageId of this form names an SSM parameter that holds an AMI ID; EC2's RunInstances
+# looks it up at launch (cluster/aws.yaml uses Canonical's public one for Ubuntu 24.04).
+SSM_IMAGE = "resolve:ssm:"
+
+
+def ubuntu_version(image_name):
+    """'24.04' for Canonical's 'ubuntu/images/hvm-ssd-gp3/ubuntu-noble-24.04-amd64-server-20250115', else None."""
+    found = re.search(r"ubuntu-[a-z]+-(\d+\.\d+)-", image_name)
+    return found.group(1) if found else None
+
+
+def resolve_image(ssm, image_id):
+    """The AMI ID an ImageId stands for, as RunInstances resolves it: a `resolve:ssm:`
+    parameter is read with SSM GetParameter (which takes `name:version` too)."""
+    if not image_id.startswith(SSM_IMAGE):
+        return image_id
+    return ssm.get_parameter(Name=image_id[len(SSM_IMAGE) :])["Parameter"]["Value"]
+
+
+def check_images(report, session, ec2, region, plan):
+    """One line per distinct ImageId: the AMI it boots today, its name, date and Ubuntu version."""
     from ray.autoscaler._private.aws.config import DEFAULT_AMI
 
+    ssm = session.client("ssm", config=AWS_CALLS)
+    users = {}  # ImageId (or Ray's default) -> node types that boot it
     for name, node_config, _, _ in plan:
-        ami = node_config.get("ImageId") or DEFAULT_AMI.get(region)
-        source = "config" if node_config.get("ImageId") else "ray-default"
-        if not ami:
-            report.fail("image", f"Ray has no default AMI for {region}; set ImageId of {name} to an Ubuntu AMI with Docker",
-                        node_type=name)  # fmt: skip
+        users.setdefault(node_config.get("ImageId") or "", []).append(name)
+    for wanted, names in users.items():
+        fields = dict(node_types=",".join(names))
+        source = "config"
+        if not wanted:
+            wanted, source = DEFAULT_AMI.get(region), "ray-default"
+            if not wanted:
+                report.fail("image", f"Ray has no default AMI for {region}; set ImageId to an Ubuntu AMI", **fields)
+                continue
+        if wanted.startswith(SSM_IMAGE):
+            source = "ssm"
+            fields["parameter"] = wanted[len(SSM_IMAGE) :]
+        try:
+            ami = resolve_image(ssm, wanted)
+        except ClientError as error:
+            report.fail(
+                "image",
+                f"the SSM parameter of ImageId cannot be read in {region}: check its name, let your "
+                "identity call ssm:GetParameters, or set ImageId to a fixed ami-...",
+                **fields,
+                error=aws_message(error),
+            )
             continue
+        fields.update(ami=ami, source=source)
         try:
             images = ec2.describe_images(ImageIds=[ami])["Images"]
         except ClientError as error:
@@ -273,10 +336,24 @@ def check_images(report, ec2, region, plan):
                 raise
             images = []
         if not images or images[0].get("State") != "available":
-            report.fail("image", f"AMI {ami} is not available in {region}; set ImageId of {name} to an Ubuntu AMI with Docker",
-                        node_type=name, ami=ami, source=source)  # fmt: skip
+            report.fail(
+                "image", f"AMI {ami} is not available in {region}; set ImageId to an Ubuntu AMI of {region}", **fields
+            )
+            continue
+        image = images[0]
+        fields.update(
+            name=image.get("Name", ""),
+            created=image.get("CreationDate", "unknown"),
+            ubuntu=ubuntu_version(image.get("Name", "")) or "unknown",
+        )
+        if fields["ubuntu"] == "unknown":
+            report.warn(
+                "image",
+                "not a Canonical Ubuntu image; initialization_commands need apt-get, sudo and the ubuntu user",
+                **fields,
+            )
         else:
-            report.ok("image", node_type=name, ami=ami, source=source, name=images[0].get("Name", ""))
+            report.ok("image", **fields)
 
 
 def in_use_vcpus(ec2, market_name, cluster_name):
@@ -322,8 +399,12 @@ def check_quotas(report, session, ec2, plan, vcpus, cluster_name):
     for name, node_config, count, market_name in plan:
         instance_type = node_config["InstanceType"]
         if family(instance_type) not in STANDARD_FAMILIES:
-            report.warn("quota", f"preflight knows only the Standard-family quotas; check yours at {QUOTA_CONSOLE}",
-                        node_type=name, instance_type=instance_type)  # fmt: skip
+            report.warn(
+                "quota",
+                f"preflight knows only the Standard-family quotas; check yours at {QUOTA_CONSOLE}",
+                node_type=name,
+                instance_type=instance_type,
+            )
             continue
         need[market_name] = need.get(market_name, 0) + count * vcpus[instance_type]
     quotas = session.client("service-quotas", config=AWS_CALLS)
@@ -331,14 +412,23 @@ def check_quotas(report, session, ec2, plan, vcpus, cluster_name):
         code, title = QUOTAS[market_name]
         limit = quota_value(quotas, code)
         if limit is None:
-            report.warn("quota", f"Service Quotas has no value for it in this region; check it at {QUOTA_CONSOLE}",
-                        quota=code, name=title, need=wanted)  # fmt: skip
+            report.warn(
+                "quota",
+                f"Service Quotas has no value for it in this region; check it at {QUOTA_CONSOLE}",
+                quota=code,
+                name=title,
+                need=wanted,
+            )
             continue
         used = in_use_vcpus(ec2, market_name, cluster_name)
         fields = dict(quota=code, name=title, limit=int(limit), in_use=used, need=wanted)
         if used + wanted > limit:
-            report.fail("quota", f"request {code} ({title}) of at least {used + wanted} vCPUs at {QUOTA_CONSOLE} "
-                        "(approval can take a day), or make the cluster smaller", **fields)  # fmt: skip
+            report.fail(
+                "quota",
+                f"request {code} ({title}) of at least {used + wanted} vCPUs at {QUOTA_CONSOLE} "
+                "(approval can take a day), or make the cluster smaller",
+                **fields,
+            )
         else:
             report.ok("quota", **fields)
 
@@ -349,7 +439,9 @@ def check_key_pair(report, ec2, config, region):
     private_key = config.get("auth", {}).get("ssh_private_key")
     if not names:
         if private_key:
-            report.fail("key-pair", "auth.ssh_private_key is set, so set KeyName (its key pair's name) in every node_config")
+            report.fail(
+                "key-pair", "auth.ssh_private_key is set, so set KeyName (its key pair's name) in every node_config"
+            )
         else:
             report.ok("key-pair", key_name=f"ray-autoscaler_{region}", note="ray up creates or reuses it")
         return
@@ -357,11 +449,18 @@ def check_key_pair(report, ec2, config, region):
     found = {pair["KeyName"] for pair in pairs}
     for name in names:
         if name not in found:
-            report.fail("key-pair", f"create or import key pair {name} in {region} (EC2 console: Key Pairs), or fix KeyName",
-                        key_name=name)  # fmt: skip
+            report.fail(
+                "key-pair",
+                f"create or import key pair {name} in {region} (EC2 console: Key Pairs), or fix KeyName",
+                key_name=name,
+            )
         elif not private_key or not Path(os.path.expanduser(private_key)).is_file():
-            report.fail("key-pair", f"set auth.ssh_private_key to the private key file of {name}",
-                        key_name=name, private_key=private_key or "unset")  # fmt: skip
+            report.fail(
+                "key-pair",
+                f"set auth.ssh_private_key to the private key file of {name}",
+                key_name=name,
+                private_key=private_key or "unset",
+            )
         else:
             report.ok("key-pair", key_name=name, private_key=private_key)
 
@@ -384,16 +483,23 @@ def check_instance_profiles(report, session, config):
         if profile:
             named[name] = profile.get("Name") or profile.get("Arn", "").rsplit("/", 1)[-1]
     if not named:
-        note = "exists; the head uses it" if instance_profile_exists(iam, "ray-autoscaler-v1") else (
-            "ray up creates it (needs IAM permissions)")  # fmt: skip
+        note = (
+            "exists; the head uses it"
+            if instance_profile_exists(iam, "ray-autoscaler-v1")
+            else ("ray up creates it (needs IAM permissions)")
+        )
         report.ok("instance-profile", profile="ray-autoscaler-v1", note=note)
         return
     for node_type, profile in sorted(named.items()):
         if instance_profile_exists(iam, profile):
             report.ok("instance-profile", node_type=node_type, profile=profile)
         else:
-            report.fail("instance-profile", f"create instance profile {profile} in IAM, or remove IamInstanceProfile from {node_type}",
-                        node_type=node_type, profile=profile)  # fmt: skip
+            report.fail(
+                "instance-profile",
+                f"create instance profile {profile} in IAM, or remove IamInstanceProfile from {node_type}",
+                node_type=node_type,
+                profile=profile,
+            )
 
 
 def check_cost(report, plan, region):
@@ -407,8 +513,11 @@ def check_cost(report, plan, region):
         nodes += count
         spot += count if market_name == "spot" else 0
     if unknown:
-        report.warn("cost", f"no price for {','.join(sorted(unknown))} in {region} in preflight's table; "
-                    "see the EC2 on-demand pricing page")  # fmt: skip
+        report.warn(
+            "cost",
+            f"no price for {','.join(sorted(unknown))} in {region} in preflight's table; "
+            "see the EC2 on-demand pricing page",
+        )
         return
     fields = dict(usd_per_hour=f"{total:.2f}", nodes=nodes, source=PRICE_SOURCE)
     if spot:
@@ -421,7 +530,9 @@ def guarded(report, check, step, *args):
     try:
         return step(*args)
     except (ClientError, BotoCoreError) as error:
-        report.fail(check, "let your AWS identity make this read-only call, or fix what AWS names", error=aws_message(error))
+        report.fail(
+            check, "let your AWS identity make this read-only call, or fix what AWS names", error=aws_message(error)
+        )
         return None
 
 
@@ -434,11 +545,17 @@ def run_checks(report, config, path):
     try:
         check_credentials(report, session)
     except NoCredentialsError:
-        report.fail("credentials", "give boto3 credentials: run `aws configure`, or set AWS_PROFILE, "
-                    "or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")  # fmt: skip
+        report.fail(
+            "credentials",
+            "give boto3 credentials: run `aws configure`, or set AWS_PROFILE, "
+            "or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+        )
     except (ClientError, BotoCoreError) as error:
-        report.fail("credentials", "fix your AWS credentials until `aws sts get-caller-identity` works",
-                    error=aws_message(error))  # fmt: skip
+        report.fail(
+            "credentials",
+            "fix your AWS credentials until `aws sts get-caller-identity` works",
+            error=aws_message(error),
+        )
     if report.failed:
         for check in ["region", *later]:
             report.skip(check, "credentials failed")
@@ -451,7 +568,7 @@ def run_checks(report, config, path):
             vcpus = guarded(report, "instance-type", check_instance_types, report, ec2, plan, config)
             zones = config["provider"].get("availability_zone")
             guarded(report, "zones", check_zones, report, ec2, region, zones, plan)
-            guarded(report, "image", check_images, report, ec2, region, plan)
+            guarded(report, "image", check_images, report, session, ec2, region, plan)
             if vcpus:
                 guarded(report, "quota", check_quotas, report, session, ec2, plan, vcpus, config["cluster_name"])
             else:
@@ -462,8 +579,12 @@ def run_checks(report, config, path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="preflight", description="Check an AWS Ray cluster config against your account.")
-    parser.add_argument("cluster", nargs="?", default="cluster/aws.yaml", help="cluster launcher YAML (default cluster/aws.yaml)")
+    parser = argparse.ArgumentParser(
+        prog="preflight", description="Check an AWS Ray cluster config against your account."
+    )
+    parser.add_argument(
+        "cluster", nargs="?", default="cluster/aws.yaml", help="cluster launcher YAML (default cluster/aws.yaml)"
+    )
     args = parser.parse_args(argv)
     try:
         config = load_cluster(args.cluster)
@@ -472,8 +593,15 @@ def main(argv=None):
         return 2
     report = Report()
     run_checks(report, config, args.cluster)
-    print(line("preflight", status="FAIL" if report.failed else "ok", failed=len(report.failed),
-               warnings=report.warnings, failed_checks=",".join(report.failed) or "none"))  # fmt: skip
+    print(
+        line(
+            "preflight",
+            status="FAIL" if report.failed else "ok",
+            failed=len(report.failed),
+            warnings=report.warnings,
+            failed_checks=",".join(report.failed) or "none",
+        )
+    )
     return 1 if report.failed else 0
 
 

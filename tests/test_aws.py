@@ -5,15 +5,19 @@ Ray and in preflight, reaches it through AWS_ENDPOINT_URL with made-up credentia
 nothing here can touch a real account. Ray's own AWS bootstrap runs on our YAML as
 `ray up` would run it, and preflight runs as a user runs it, in its own process.
 
-Two things moto lacks, given to it here rather than faked in our code:
-- Ray's default AMI for us-west-2: loaded through moto's MOTO_AMIS_PATH, so the
-  `image` check looks the real ID up.
+What moto lacks is given to it here rather than faked in our code:
+- Canonical's Ubuntu 24.04 AMI and its public SSM parameter, which cluster/aws.yaml
+  names as `resolve:ssm:<parameter>`: the AMI is loaded through moto's MOTO_AMIS_PATH,
+  the parameter put into moto's SSM backend after each reset (AWS's API refuses to
+  create /aws/ names), and moto's RunInstances taught to resolve `resolve:ssm:` as
+  EC2's does, with AMI validation on, so a launch with an unknown AMI fails.
 - EC2 quotas: moto 5.2 serves Service Quotas for the "vpc" service only, so asking it
   for L-1216C47A gets NoSuchResource, as real AWS answers in regions without that quota
   (preflight then warns). To test a small and a large quota, the tests that need one
   teach moto's in-process backend that single EC2 quota.
 """
 
+import datetime
 import json
 import os
 import stat
@@ -32,20 +36,47 @@ PREFLIGHT = REPO / "infra" / "preflight.py"
 AWS_YAML = REPO / "cluster" / "aws.yaml"
 REGION = "us-west-2"
 ON_DEMAND_QUOTA = "L-1216C47A"
+SSM_IMAGE = "resolve:ssm:"
+# A made-up ID and date for the stand-in of Canonical's image; the name has the form of theirs.
+UBUNTU_AMI = "ami-0b5a2e3c4d5e6f708"
+UBUNTU_NAME = "ubuntu/images/hvm-ssd-gp3/ubuntu-noble-24.04-amd64-server-20251112"
+
+
+def image_parameter():
+    """The SSM parameter named by cluster/aws.yaml's ImageId (the same for every node type)."""
+    types = yaml.safe_load(AWS_YAML.read_text())["available_node_types"].values()
+    (image_id,) = {t["node_config"]["ImageId"] for t in types}
+    assert image_id.startswith(SSM_IMAGE), image_id
+    return image_id[len(SSM_IMAGE) :]
 
 
 @pytest.fixture(scope="module")
 def moto_endpoint(tmp_path_factory):
-    from ray.autoscaler._private.aws.config import DEFAULT_AMI
-
     amis = tmp_path_factory.mktemp("moto") / "amis.json"
-    amis.write_text(json.dumps([{
-        "ami_id": DEFAULT_AMI[REGION], "name": "Deep Learning AMI (Ubuntu 18.04) Version 71.0",
-        "description": "stands in for Ray's default AMI", "state": "available", "public": True,
-        "owner_id": "898082745236", "image_location": "amazon/dlami", "image_type": "machine",
-        "root_device_type": "ebs", "root_device_name": "/dev/sda1", "architecture": "x86_64",
-        "virtualization_type": "hvm", "hypervisor": "xen", "sriov": "simple", "region_name": REGION,
-    }]))  # fmt: skip
+    amis.write_text(
+        json.dumps(
+            [
+                {
+                    "ami_id": UBUNTU_AMI,
+                    "name": UBUNTU_NAME,
+                    "creation_date": "2025-11-12T09:41:22.000Z",
+                    "description": "Canonical, Ubuntu, 24.04, amd64 noble image",
+                    "state": "available",
+                    "public": True,
+                    "owner_id": "099720109477",
+                    "image_location": f"amazon/{UBUNTU_NAME}",
+                    "image_type": "machine",
+                    "root_device_type": "ebs",
+                    "root_device_name": "/dev/sda1",
+                    "architecture": "x86_64",
+                    "virtualization_type": "hvm",
+                    "hypervisor": "xen",
+                    "sriov": "simple",
+                    "region_name": REGION,
+                }
+            ]
+        )
+    )
     # Read by moto when its modules load, so set before the import below.
     os.environ["MOTO_AMIS_PATH"] = str(amis)
     # AWS's managed policies (AmazonEC2FullAccess, ...), which Ray attaches to its role.
@@ -54,10 +85,53 @@ def moto_endpoint(tmp_path_factory):
         yield endpoint
 
 
+def publish_image_parameter(name, ami):
+    """Put a public SSM parameter, as Canonical publishes one, into moto's SSM backend."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.ssm.models import Parameter, ssm_backends
+
+    backend = ssm_backends[DEFAULT_ACCOUNT_ID][REGION]
+    backend._parameters[name].append(
+        Parameter(
+            account_id=DEFAULT_ACCOUNT_ID,
+            name=name,
+            value=ami,
+            parameter_type="String",
+            description=None,
+            allowed_pattern=None,
+            keyid=None,
+            last_modified_date=datetime.datetime.now(),
+            version=1,
+            data_type="aws:ec2:image",
+        )
+    )
+
+
+def resolve_ssm_at_launch(monkeypatch):
+    """Make moto's RunInstances resolve `resolve:ssm:<parameter>` as EC2's does, and
+    refuse AMIs it does not know."""
+    from moto import settings
+    from moto.ec2.models.instances import InstanceBackend
+    from moto.ssm.models import ssm_backends
+
+    original = InstanceBackend.run_instances
+
+    def run_instances(self, image_id, *args, **kwargs):
+        if image_id and image_id.startswith(SSM_IMAGE):
+            ssm = ssm_backends[self.account_id][self.region_name]
+            image_id = ssm.get_parameter(image_id[len(SSM_IMAGE) :]).value
+        return original(self, image_id, *args, **kwargs)
+
+    monkeypatch.setattr(InstanceBackend, "run_instances", run_instances)
+    monkeypatch.setattr(settings, "ENABLE_AMI_VALIDATION", True)
+
+
 @pytest.fixture
 def aws(moto_endpoint, tmp_path, monkeypatch):
     """A fresh fake account; this process and its children talk to it only."""
     urllib.request.urlopen(urllib.request.Request(moto_endpoint + "/moto-api/reset", method="POST")).close()
+    publish_image_parameter(image_parameter(), UBUNTU_AMI)
+    resolve_ssm_at_launch(monkeypatch)
     env = {
         "AWS_ENDPOINT_URL": moto_endpoint,
         "AWS_ACCESS_KEY_ID": "testing",
@@ -95,17 +169,24 @@ def serve_ec2_quota(monkeypatch, value):
 
     def get_service_quota(self, service_code, quota_code):
         if (service_code, quota_code) == ("ec2", ON_DEMAND_QUOTA):
-            return {"ServiceCode": "ec2", "QuotaCode": ON_DEMAND_QUOTA, "Value": float(value), "Unit": "None",
-                    "QuotaName": "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances",
-                    "Adjustable": True, "GlobalQuota": False}  # fmt: skip
+            return {
+                "ServiceCode": "ec2",
+                "QuotaCode": ON_DEMAND_QUOTA,
+                "Value": float(value),
+                "Unit": "None",
+                "QuotaName": "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances",
+                "Adjustable": True,
+                "GlobalQuota": False,
+            }
         return original(self, service_code, quota_code)
 
     monkeypatch.setattr(ServiceQuotasBackend, "get_service_quota", get_service_quota)
 
 
 def preflight(env, cluster=AWS_YAML):
-    result = subprocess.run([sys.executable, str(PREFLIGHT), str(cluster)], env=env, cwd=REPO,
-                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, str(PREFLIGHT), str(cluster)], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert "Traceback" not in result.stdout + result.stderr, result.stdout + result.stderr
     return result
 
@@ -147,7 +228,9 @@ def test_ray_bootstraps_our_yaml_and_opens_only_ssh_to_the_world(aws, monkeypatc
     iam = boto("iam")
     roles = iam.get_instance_profile(InstanceProfileName="ray-autoscaler-v1")["InstanceProfile"]["Roles"]
     assert [r["RoleName"] for r in roles] == ["ray-autoscaler-v1"]
-    policies = {p["PolicyName"] for p in iam.list_attached_role_policies(RoleName="ray-autoscaler-v1")["AttachedPolicies"]}
+    policies = {
+        p["PolicyName"] for p in iam.list_attached_role_policies(RoleName="ray-autoscaler-v1")["AttachedPolicies"]
+    }
     assert "AmazonEC2FullAccess" in policies
 
     # Key pair: created in the region, private key saved for ssh, readable by us only.
@@ -170,16 +253,99 @@ def test_ray_bootstraps_our_yaml_and_opens_only_ssh_to_the_world(aws, monkeypatc
     (group,) = ec2.describe_security_groups(GroupIds=list(group_ids))["SecurityGroups"]
     assert group["GroupName"] == "ray-autoscaler-pong"
     world = [
-        rule for rule in group["IpPermissions"]
+        rule
+        for rule in group["IpPermissions"]
         if any(r["CidrIp"] == "0.0.0.0/0" for r in rule.get("IpRanges", []))
         or any(r["CidrIpv6"] == "::/0" for r in rule.get("Ipv6Ranges", []))
-    ]  # fmt: skip
+    ]
     assert [(r["IpProtocol"], r["FromPort"], r["ToPort"]) for r in world] == [("tcp", 22, 22)], group
     # Everything else (Ray's ports among it) only from nodes in the same group.
     for rule in group["IpPermissions"]:
         if rule not in world:
             assert not rule.get("IpRanges") and not rule.get("Ipv6Ranges"), rule
             assert {p["GroupId"] for p in rule["UserIdGroupPairs"]} == group_ids, rule
+
+
+def test_ray_launches_every_node_on_the_current_ubuntu_image(aws, monkeypatch):
+    """`ray up`'s own steps on our YAML: bootstrap, then the head and the workers
+    created as Ray creates them (commands.get_or_create_head_node, then the head's
+    autoscaler), each with `resolve:ssm:` left for EC2 to resolve at launch."""
+    from ray.autoscaler._private.aws import config as ray_aws
+    from ray.autoscaler._private.aws.node_provider import AWSNodeProvider
+    from ray.autoscaler._private.util import hash_launch_conf, prepare_config, validate_config
+    from ray.autoscaler.tags import (
+        NODE_KIND_HEAD,
+        NODE_KIND_WORKER,
+        TAG_RAY_LAUNCH_CONFIG,
+        TAG_RAY_NODE_KIND,
+        TAG_RAY_NODE_NAME,
+        TAG_RAY_USER_NODE_TYPE,
+    )
+
+    monkeypatch.setattr(ray_aws, "time", SimpleNamespace(sleep=lambda seconds: None))
+    config = prepare_config(yaml.safe_load(AWS_YAML.read_text()))
+    validate_config(config)
+    booted = ray_aws.bootstrap_aws(config)
+    # Ray puts its own default AMI only where ImageId is missing: ours reaches EC2 as written.
+    for node_type in booted["available_node_types"].values():
+        assert node_type["node_config"]["ImageId"] == SSM_IMAGE + image_parameter()
+
+    provider = AWSNodeProvider(booted["provider"], booted["cluster_name"])
+    launched = {}
+    for name, node_type in booted["available_node_types"].items():
+        head = name == booted["head_node_type"]
+        node_config = dict(node_type["node_config"])
+        tags = {
+            TAG_RAY_NODE_KIND: NODE_KIND_HEAD if head else NODE_KIND_WORKER,
+            TAG_RAY_USER_NODE_TYPE: name,
+            TAG_RAY_NODE_NAME: f"ray-pong-{'head' if head else 'worker'}",
+            TAG_RAY_LAUNCH_CONFIG: hash_launch_conf(node_config, booted["auth"]),
+        }
+        count = 1 if head else node_type["min_workers"]
+        provider.create_node(node_config, tags, count)
+        # Ray asks for MinCount=1, MaxCount=count: EC2 starts as many as it can, moto one.
+        launched[name] = provider.non_terminated_nodes({TAG_RAY_USER_NODE_TYPE: name})
+        assert 1 <= len(launched[name]) <= count, (name, launched[name])
+
+    ids = [i for nodes in launched.values() for i in nodes]
+    found = boto("ec2").describe_instances(InstanceIds=ids)["Reservations"]
+    instances = [i for r in found for i in r["Instances"]]
+    assert len(instances) == len(ids) >= 2
+    assert {(i["ImageId"], i["InstanceType"]) for i in instances} == {(UBUNTU_AMI, "c5.9xlarge")}, instances
+    assert {i["KeyName"] for i in instances} == {f"ray-autoscaler_{REGION}"}
+
+
+def test_preflight_reports_the_ami_the_parameter_resolves_to(aws):
+    result = preflight(aws.env)
+    (image,) = checks(result)["image"]
+    assert image == {
+        "check": "image",
+        "status": "ok",
+        "node_types": "ray.head.default,ray.worker.default",
+        "parameter": image_parameter(),
+        "ami": UBUNTU_AMI,
+        "source": "ssm",
+        "name": UBUNTU_NAME,
+        "created": "2025-11-12T09:41:22.000Z",
+        "ubuntu": "24.04",
+    }, result.stdout
+
+
+def test_preflight_fails_in_one_line_when_the_parameter_does_not_resolve(aws, tmp_path):
+    missing = "/aws/service/canonical/ubuntu/server/99.04/stable/current/amd64/hvm/ebs-gp3/ami-id"
+
+    def change(config):
+        for node_type in config["available_node_types"].values():
+            node_type["node_config"]["ImageId"] = SSM_IMAGE + missing
+
+    result = preflight(aws.env, variant(tmp_path, change))
+    assert result.returncode == 1, result.stdout
+    lines = [line for line in result.stdout.splitlines() if line.startswith("check=image ")]
+    assert len(lines) == 1, result.stdout
+    (image,) = checks(result)["image"]
+    assert (image["status"], image["parameter"]) == ("FAIL", missing), image
+    assert "ParameterNotFound" in image["error"] and "fixed ami-" in image["fix"], image
+    assert result.stdout.splitlines()[-1].endswith("failed_checks=image"), result.stdout
 
 
 def test_preflight_passes_and_warns_when_aws_has_no_quota_value(aws):
@@ -214,9 +380,7 @@ def test_preflight_passes_a_large_quota_and_counts_what_already_runs(aws, monkey
     assert (quota["status"], quota["limit"], quota["in_use"], quota["need"]) == ("ok", "432", "0", "396")
 
     # Two other c5.9xlarge already running: 72 + 396 vCPUs no longer fit in 432.
-    from ray.autoscaler._private.aws.config import DEFAULT_AMI
-
-    boto("ec2").run_instances(ImageId=DEFAULT_AMI[REGION], InstanceType="c5.9xlarge", MinCount=2, MaxCount=2)
+    boto("ec2").run_instances(ImageId=UBUNTU_AMI, InstanceType="c5.9xlarge", MinCount=2, MaxCount=2)
     result = preflight(aws.env)
     assert result.returncode == 1, result.stdout
     (quota,) = checks(result)["quota"]
@@ -251,4 +415,7 @@ def test_preflight_without_credentials_is_one_failed_check(aws, tmp_path):
 def test_preflight_names_a_missing_cluster_file(aws, tmp_path):
     result = preflight(aws.env, tmp_path / "nope.yaml")
     assert result.returncode == 2
-    assert result.stderr.strip() == f"preflight: no cluster config at {tmp_path / 'nope.yaml'}; pass CLUSTER=<file.yaml> (e.g. cluster/aws.yaml)"
+    assert (
+        result.stderr.strip()
+        == f"preflight: no cluster config at {tmp_path / 'nope.yaml'}; pass CLUSTER=<file.yaml> (e.g. cluster/aws.yaml)"
+    )

@@ -76,7 +76,9 @@ def test_the_image_is_ours_and_is_built_on_each_node(path):
     infra_mounts = [remote for remote, local in config["file_mounts"].items() if local == "./infra"]
     assert len(infra_mounts) == 1, config["file_mounts"]
     build = f"bash {host_copy}{infra_mounts[0]}/build-image.sh"
-    assert config["initialization_commands"] == [build]
+    # The build runs last, after whatever prepares the host (aws.yaml: Docker).
+    assert config["initialization_commands"][-1] == build
+    assert build not in config["initialization_commands"][:-1]
     # build-image.sh finds requirements.txt beside its infra/ folder.
     remote_repo = str(Path(infra_mounts[0]).parent)
     assert config["file_mounts"].get(f"{remote_repo}/requirements.txt") == "./requirements.txt"
@@ -108,6 +110,18 @@ def test_aws_is_eleven_nodes_of_eighteen_cpus():
     assert "InstanceMarketOptions" not in worker["node_config"]
 
 
+def test_aws_boots_canonicals_current_ubuntu_lts_and_installs_docker_from_it():
+    config = prepared(REPO / "cluster" / "aws.yaml")
+    images = {spec["node_config"].get("ImageId") for spec in config["available_node_types"].values()}
+    # EC2 resolves the parameter at launch (test_aws.py runs Ray's launch on it).
+    assert images == {"resolve:ssm:/aws/service/canonical/ubuntu/server/24.04/stable/current/amd64/hvm/ebs-gp3/ami-id"}
+    assert config["auth"]["ssh_user"] == "ubuntu"
+    # Docker from Ubuntu's archive, and ssh_user allowed to use it, before the image build.
+    *prepare, _build = config["initialization_commands"]
+    assert "apt-get" in prepare[0] and "docker.io" in prepare[0] and prepare[0].startswith("command -v docker ")
+    assert "usermod -aG docker" in prepare[1] and "/var/run/docker.sock" in prepare[1]
+
+
 def test_aws_opens_no_extra_port_and_leaves_nothing_billing_after_down():
     provider = prepared(REPO / "cluster" / "aws.yaml")["provider"]
     # Ray's own security group opens 22 to the world and everything inside the
@@ -116,4 +130,3 @@ def test_aws_opens_no_extra_port_and_leaves_nothing_billing_after_down():
     assert provider["cache_stopped_nodes"] is False
     zones = provider["availability_zone"].split(",")
     assert zones and all(z.startswith(provider["region"]) for z in zones), zones
-
