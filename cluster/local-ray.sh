@@ -3,7 +3,7 @@
 #
 #   cluster/local-ray.sh up       start a head on this machine unless one already answers
 #   cluster/local-ray.sh status   say whether it runs, then `ray status`
-#   cluster/local-ray.sh down     `ray stop`: stops every Ray process of this user here
+#   cluster/local-ray.sh down     stop the head `up` started from this folder, and nothing else
 #
 # The Makefile calls this as `make local-up`, `make local-status`, `make local-down`.
 #
@@ -17,6 +17,12 @@
 # Token authentication is always on (RAY_AUTH_MODE=token). The token is the file
 # ~/.ray/auth_token (or $RAY_AUTH_TOKEN_PATH); `up` generates one if it is missing.
 # The thread presets of infra/threads.env go into the environment of every Ray process.
+#
+# `down` does not use `ray stop`, which stops every Ray process of the user on the
+# machine (another cluster, a test's, a long training run). `up` puts a mark of its own,
+# PONG_LOCAL_HEAD=<random id>, in the environment of `ray start`; every process of that
+# head inherits it (daemons, workers, job drivers). `down` stops exactly the processes
+# that carry the mark recorded in .cache/local-ray/head.
 set -eu -o pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -30,6 +36,8 @@ export PATH="$venv/bin:$PATH"
 port=6379
 dashboard_port=8265
 dashboard="http://127.0.0.1:$dashboard_port"
+# The mark of the head that `up` started from this folder.
+mark_file="$repo/.cache/local-ray/head"
 
 say() { echo "local-ray: $*"; }
 die() { echo "local-ray: $*" >&2; exit 1; }
@@ -102,7 +110,11 @@ up() {
         die "port $port is taken but no Ray dashboard answers at $dashboard; stop whatever holds it (\`make local-down\` if it is Ray)"
     fi
     say "starting head port=$port dashboard=$dashboard $(grep '^[A-Z]' "$repo/infra/threads.env" | paste -sd ' ')"
-    "$ray" start --head \
+    mkdir -p "$(dirname "$mark_file")"
+    local mark
+    mark="$("$python" -c 'import uuid; print(uuid.uuid4().hex)')"
+    echo "$mark" >"$mark_file"
+    PONG_LOCAL_HEAD="$mark" "$ray" start --head \
         --port="$port" \
         --dashboard-host=127.0.0.1 \
         --dashboard-port="$dashboard_port" \
@@ -128,10 +140,43 @@ status() {
     "$ray" status --address="127.0.0.1:$port"
 }
 
+# Pids of the live processes whose environment carries PONG_LOCAL_HEAD=$1.
+marked_pids() {
+    local entry pid
+    for entry in /proc/[0-9]*; do
+        pid="${entry#/proc/}"
+        [[ $pid == "$$" ]] && continue
+        grep -qzx "PONG_LOCAL_HEAD=$1" "$entry/environ" 2>/dev/null || continue
+        # A zombie has exited already; only its parent can remove it.
+        [[ "$(awk '{print $3}' "$entry/stat" 2>/dev/null)" == Z ]] && continue
+        echo "$pid"
+    done
+}
+
 down() {
-    local out
-    out="$("$ray" stop 2>&1)" || { echo "$out" >&2; die "\`ray stop\` failed (its output is above)"; }
-    say "stopped: $(tail -n 1 <<<"$out" | sed 's/\x1b\[[0-9;]*m//g; s/.* -- //')"
+    if [[ ! -s "$mark_file" ]]; then
+        say "no head started from this folder is recorded in $mark_file; nothing stopped"
+        return 0
+    fi
+    local mark pids
+    mark="$(cat "$mark_file")"
+    mapfile -t pids < <(marked_pids "$mark")
+    if ((${#pids[@]} == 0)); then
+        rm -f "$mark_file"
+        say "stopped: the head had already exited"
+        return 0
+    fi
+    # SIGTERM lets Ray's daemons shut down in order; what still runs after 10 s is killed.
+    kill -TERM "${pids[@]}" 2>/dev/null || true
+    for _ in $(seq 20); do
+        mapfile -t left < <(marked_pids "$mark")
+        ((${#left[@]} == 0)) && break
+        sleep 0.5
+    done
+    mapfile -t left < <(marked_pids "$mark")
+    ((${#left[@]} == 0)) || kill -KILL "${left[@]}" 2>/dev/null || true
+    rm -f "$mark_file"
+    say "stopped processes=${#pids[@]} killed_after_10s=${#left[@]}"
 }
 
 case "${1:-}" in
