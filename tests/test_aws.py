@@ -43,9 +43,9 @@ UBUNTU_NAME = "ubuntu/images/hvm-ssd-gp3/ubuntu-noble-24.04-amd64-server-2025111
 
 
 def image_parameter():
-    """The SSM parameter named by cluster/aws.yaml's ImageId (the same for every node type)."""
-    types = yaml.safe_load(AWS_YAML.read_text())["available_node_types"].values()
-    (image_id,) = {t["node_config"]["ImageId"] for t in types}
+    """The SSM parameter named by the ImageId of cluster/aws.yaml's head node type."""
+    config = yaml.safe_load(AWS_YAML.read_text())
+    image_id = config["available_node_types"][config["head_node_type"]]["node_config"]["ImageId"]
     assert image_id.startswith(SSM_IMAGE), image_id
     return image_id[len(SSM_IMAGE) :]
 
