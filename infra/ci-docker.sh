@@ -50,8 +50,17 @@ fi
 
 [[ $EUID -eq 0 ]] || die "no Docker engine answers and starting dockerd needs root; run this as root"
 say "starting dockerd (log: $log)"
-# Its own session, so it outlives this script and whatever process group ran it.
-setsid dockerd >"$log" 2>&1 </dev/null &
+# Its own session, so it outlives this script and whatever process group ran it, and
+# none of this script's open files: a lock it inherited (`flock /tmp/docker.lock
+# infra/ci-docker.sh` passes its lock file down) would otherwise stay held for as long
+# as dockerd runs, and every later `flock` on it would wait forever.
+python3 - "$log" <<'PY'
+import subprocess, sys
+
+with open(sys.argv[1], "ab") as log:
+    subprocess.Popen(["dockerd"], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                     start_new_session=True, close_fds=True)
+PY
 for _ in $(seq 60); do
     if docker info >/dev/null 2>&1; then
         say "engine=started server=$(docker version --format '{{.Server.Version}}') pid=$(pgrep -x dockerd | head -1)"
