@@ -4,6 +4,7 @@
     .venv/bin/python tests/test_docs.py                  # print fresh sample lines of every kind
 
 What is checked, in README.md and docs/*.md:
+- README.md stays at most 250 lines, and every image in docs/images/ is shown somewhere;
 - every relative link, image included, names a file that exists, and every #anchor a
   heading of that file (GitHub's anchor rules);
 - every "docs/<file>.md, <Section>" that the code, the Makefile or a doc cites names a
@@ -217,6 +218,14 @@ def test_every_relative_link_and_anchor_in_the_docs_resolves():
     assert len(DOCS) >= 12, [str(p) for p in DOCS]  # README.md and the eleven pages of docs/
     broken = [b for path in DOCS for b in broken_links(path)]
     assert not broken, "\n".join(broken)
+
+
+def test_the_readme_stays_a_five_minute_read_and_every_image_is_shown():
+    lines = (REPO / "README.md").read_text().splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines; move a section to docs/ (at most about 250)"
+    shown = " ".join(path.read_text() for path in DOCS)
+    unused = [p.name for p in sorted((REPO / "docs" / "images").iterdir()) if f"images/{p.name}" not in shown]
+    assert not unused, f"docs/images/ holds images no page shows: {unused}"
 
 
 def test_every_cited_docs_section_exists():
