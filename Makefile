@@ -71,7 +71,7 @@ export $(shell sed -n 's/^\([A-Z_][A-Z0-9_]*\)=.*/\1/p' infra/threads.env)
 # One-line checks shared by several targets.
 define need-token
 if [[ -z "$${RAY_AUTH_TOKEN:-}" && ! -s "$${RAY_AUTH_TOKEN_PATH:-$$HOME/.ray/auth_token}" ]]; then \
-  echo "make: no Ray auth token at $${RAY_AUTH_TOKEN_PATH:-~/.ray/auth_token}; copy the cluster's token there (README, Token authentication)" >&2; exit 1; fi
+  echo "make: no Ray auth token at $${RAY_AUTH_TOKEN_PATH:-~/.ray/auth_token}; copy the cluster's token there (docs/security.md, Token authentication)" >&2; exit 1; fi
 endef
 define need-id
 if [[ -z "$(ID)" ]]; then \

@@ -122,7 +122,7 @@ def check_cluster(address):
         where = os.environ.get("RAY_AUTH_TOKEN_PATH") or str(DEFAULT_TOKEN_PATH)
         raise UserError(
             f"the cluster at {address} requires a token but there is none at {where}; "
-            "copy the cluster's token there (README, Token authentication)"
+            "copy the cluster's token there (docs/security.md, Token authentication)"
         )
     try:
         status, version = http_get_json(address + "/api/version", token)
@@ -131,7 +131,7 @@ def check_cluster(address):
     if status in (401, 403):
         raise UserError(
             f"the cluster at {address} rejected the token (HTTP {status}); "
-            "your local token differs from the cluster's (README, Token authentication)"
+            "your local token differs from the cluster's (docs/security.md, Token authentication)"
         )
     if status != 200 or not isinstance(version, dict):
         raise UserError(f"{address} answered HTTP {status} to /api/version; is it a Ray dashboard?")

@@ -3,7 +3,7 @@ on this machine over SSH, the pong job trains in it, and `ray down` removes it.
 
     make test-docker      # this test alone (`make test` leaves it out); about a minute
 
-It follows the README's "One laptop or workstation" steps, with the parts a user does
+It follows docs/local-cluster.md, One laptop or workstation, with the parts a user does
 by hand done for them:
 
 1. an SSH server of the test's own on 127.0.0.1 port 22, with a host key and a login
@@ -11,7 +11,7 @@ by hand done for them:
    setting for another port);
 2. `make image`;
 3. `ray up -y` on a copy of cluster/local.yaml whose auth names this user and that key
-   (what the README asks a user to edit), whose token file is the test's own, so
+   (what docs/local-cluster.md asks a user to edit), whose token file is the test's own, so
    ~/.ray is not touched, and whose head takes free ports instead of Ray's defaults
    (6379, 8265, 10001, 52365), so a Ray already running here does not matter;
 4. `make submit JOB=pong` with a tiny batch, `ray job logs --follow` to the `done`
@@ -277,7 +277,7 @@ def sshd(ready_machine, tmp_path):
 
 @pytest.fixture
 def cluster_yaml(sshd, tmp_path):
-    """cluster/local.yaml as the README has a user edit it, in a temp folder.
+    """cluster/local.yaml as docs/local-cluster.md has a user edit it, in a temp folder.
 
     Tears the cluster down if the test did not get that far, and removes the files
     Ray's launcher left for this run."""
@@ -314,7 +314,7 @@ def cluster_yaml(sshd, tmp_path):
 
 
 def launcher(verb, config, log_path):
-    """`ray up|down CONFIG -y`, run from the repository root as the README says."""
+    """`ray up|down CONFIG -y`, run from the repository root as docs/local-cluster.md says."""
     with open(log_path, "a") as log:
         log.write(f"\n$ ray {verb} {config} -y\n")
         log.flush()

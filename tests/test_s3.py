@@ -147,7 +147,9 @@ def test_a_bucket_that_denies_access_is_one_clear_line(tmp_path, monkeypatch):
         proc = train("--run-dir", "s3://locked/run")
         assert proc.returncode == 2 and proc.stdout == "", proc.stderr
         assert proc.stderr.strip() == (
-            "error: S3 denied access to s3://locked/run (reach); grant the policy in README: Checkpoints on S3")
+            "error: S3 denied access to s3://locked/run (reach); "
+            "grant the policy in docs/reliability.md, Checkpoints on S3"
+        )
     finally:
         server.kill()
         server.wait()

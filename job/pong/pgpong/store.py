@@ -98,7 +98,7 @@ class S3Store:
         except NoCredentialsError:
             raise StoreError(
                 f"no AWS credentials to {what} {self.url}; on AWS give the head node an IAM role "
-                "(README: Checkpoints on S3), elsewhere set AWS_PROFILE or AWS_ACCESS_KEY_ID"
+                "(docs/reliability.md, Checkpoints on S3), elsewhere set AWS_PROFILE or AWS_ACCESS_KEY_ID"
             ) from None
         except ClientError as e:
             code = e.response.get("Error", {}).get("Code", "")
@@ -106,7 +106,8 @@ class S3Store:
                 raise StoreError(f"S3 bucket {self.bucket!r} does not exist; create it or fix --run-dir") from None
             if code in ("AccessDenied", "403", "AllAccessDisabled"):
                 raise StoreError(
-                    f"S3 denied access to {self.url} ({what}); grant the policy in README: Checkpoints on S3"
+                    f"S3 denied access to {self.url} ({what}); "
+                    "grant the policy in docs/reliability.md, Checkpoints on S3"
                 ) from None
             raise StoreError(f"S3 could not {what} {self.url}: {code or e}") from None
         except BotoCoreError as e:

@@ -1,0 +1,278 @@
+"""The docs cannot drift from the code: links, section names and sample log lines.
+
+    .venv/bin/python -m pytest tests/test_docs.py -q     # the checks (about a minute: real tiny runs)
+    .venv/bin/python tests/test_docs.py                  # print fresh sample lines of every kind
+
+What is checked, in README.md and docs/*.md:
+- README.md stays at most 250 lines, and every image in docs/images/ is shown somewhere;
+- every relative link, image included, names a file that exists, and every #anchor a
+  heading of that file (GitHub's anchor rules);
+- every "docs/<file>.md, <Section>" that the code, the Makefile or a doc cites names a
+  real heading of that file (the form of the code's error messages);
+- every sample log line in a plain code block whose kind is start, update, trend, done,
+  fault or bench carries exactly the fields the current code prints for that kind.
+
+The expected fields come from the code itself, never from a list in this file: the
+trainer and the benchmark are run for real, tiny (batch 2, one update, one actor), and
+their lines parsed. Fault lines need a killed actor, so their fields are read from the
+`kv("fault", ...)` calls in pgpong/pool.py.
+
+After a change to a log line, this test names each stale sample (file, line, the
+fields missing and extra). To refresh them, run this file as a script: it prints one
+fresh line of every kind from a real tiny run; paste each over its stale sample, or
+better, re-run the command the page gives above the sample and paste its output.
+"""
+
+import ast
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+JOB_DIR = REPO / "job" / "pong"
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+# Files whose text may cite a docs section: the code, the Makefile, configs, the docs.
+CITING = [
+    *DOCS, REPO / "Makefile", REPO / "requirements.txt", REPO / "requirements-dev.txt",
+    *sorted(p for ext in ("py", "sh", "yaml") for d in ("job", "cluster", "infra", "tests")
+            for p in (REPO / d).rglob(f"*.{ext}")),
+]  # fmt: skip
+KINDS = ("start", "update", "trend", "done", "fault", "bench")
+TINY_ENV = dict(os.environ, RAY_ADDRESS="local", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", OMP_NUM_THREADS="1")
+
+
+# -- markdown -------------------------------------------------------------------------
+
+
+def prose_and_blocks(text):
+    """(prose lines with their numbers, plain code-block lines with their numbers).
+
+    A plain block is a fenced block with no language or `text`/`console`: where output
+    is pasted. Blocks tagged bash, json and so on hold commands or files, not output.
+    """
+    prose, blocks = [], []
+    fence = None
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if stripped.startswith("```"):
+            fence = None if fence is not None else stripped[3:].strip()
+            continue
+        if fence is None:
+            prose.append((number, line))
+        elif fence in ("", "text", "console"):
+            blocks.append((number, line))
+    return prose, blocks
+
+
+def slug(heading):
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[`*]|\[([^\]]*)\]\([^)]*\)", lambda m: m.group(1) or "", heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def headings(path):
+    """{heading text without markup: anchor} of one markdown file, duplicates numbered as GitHub does."""
+    prose, _ = prose_and_blocks(path.read_text())
+    found, seen = {}, {}
+    for _, line in prose:
+        m = re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if m:
+            base = slug(m.group(1))
+            n = seen.get(base, 0)
+            seen[base] = n + 1
+            found[re.sub(r"[`*]", "", m.group(1)).strip()] = base if n == 0 else f"{base}-{n}"
+    return found
+
+
+LINK = re.compile(r"!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+
+
+def broken_links(path):
+    """Every relative link of one markdown file that names a missing file or anchor."""
+    prose, _ = prose_and_blocks(path.read_text())
+    broken = []
+    for number, line in prose:
+        for target in LINK.findall(re.sub(r"`[^`]*`", "", line)):
+            if re.match(r"[a-z]+:", target):  # http:, https:, mailto:
+                continue
+            file_part, _, anchor = target.partition("#")
+            dest = (path.parent / file_part).resolve() if file_part else path
+            where = f"{path.relative_to(REPO)}:{number}: {target}"
+            if not dest.exists():
+                broken.append(f"{where}: no file {dest.relative_to(REPO) if dest.is_relative_to(REPO) else dest}")
+            elif anchor and dest.suffix == ".md" and anchor not in headings(dest).values():
+                broken.append(f"{where}: no heading with anchor #{anchor} in {dest.relative_to(REPO)}")
+    return broken
+
+
+CITATION = re.compile(r"docs/([\w.-]+\.md)[,:] ([A-Z][^)\"'`|,;:\n]*)")
+
+
+def citations():
+    """(where, docs file, section name) for every 'docs/<file>.md, <Section>' in the repo."""
+    found = []
+    for path in CITING:
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            for m in CITATION.finditer(line):
+                found.append((f"{path.relative_to(REPO)}:{number}", m.group(1), m.group(2).strip()))
+    return found
+
+
+# -- sample log lines ---------------------------------------------------------------
+
+
+def line_kind(line):
+    """('update', fields) for a log line of one of KINDS, else None.
+
+    bench lines are told apart by their second word: ('bench start', ...),
+    ('bench phase=trainer', ...), ('bench summary', ...).
+    """
+    words = line.split()
+    if not words:
+        return None
+    first = words[0]
+    kind = first.split("=", 1)[0]
+    if kind not in KINDS:
+        return None
+    if kind == "bench" and len(words) > 1:
+        second = words[1]
+        kind = f"bench {second}" if "=" not in second or second.startswith("phase=") else kind
+    return kind, frozenset(w.split("=", 1)[0] for w in words if "=" in w)
+
+
+def doc_samples():
+    """(where, kind, fields) for every sample log line in the docs' plain code blocks."""
+    found = []
+    for path in DOCS:
+        _, blocks = prose_and_blocks(path.read_text())
+        for number, line in blocks:
+            parsed = line_kind(line)
+            if parsed:
+                found.append((f"{path.relative_to(REPO)}:{number}", *parsed))
+    return found
+
+
+def run_tiny():
+    """The real trainer and benchmark, tiny, on a fresh in-process Ray; their stdout lines."""
+    with tempfile.TemporaryDirectory() as tmp:
+        train = subprocess.run(
+            [sys.executable, "-m", "pgpong.train", "--batch-size", "2", "--updates", "1", "--workers", "1",
+             "--run-dir", os.path.join(tmp, "run")],
+            cwd=JOB_DIR, env=TINY_ENV, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert train.returncode == 0, train.stdout + train.stderr
+        bench = subprocess.run(
+            [sys.executable, "-m", "pgpong.bench", "--batch-size", "2", "--workers", "1", "--seconds", "1",
+             "--textbook-episodes", "1"],
+            cwd=JOB_DIR, env=TINY_ENV, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert bench.returncode in (0, 1), bench.stdout + bench.stderr  # 1 = verdict FAIL, still its lines
+    return train.stdout.splitlines() + bench.stdout.splitlines()
+
+
+def fault_field_sets():
+    """The keyword sets of every kv("fault", ...) call in pgpong/pool.py."""
+    tree = ast.parse((JOB_DIR / "pgpong" / "pool.py").read_text())
+    sets = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "kv" and node.args
+                and isinstance(node.args[0], ast.Constant) and node.args[0].value == "fault"):  # fmt: skip
+            sets.append(frozenset(k.arg for k in node.keywords))
+    return sets
+
+
+def expected_fields(lines):
+    """{kind: [allowed field sets]} from the code's own output (and pool.py for faults)."""
+    expected = {}
+    for line in lines:
+        parsed = line_kind(line)
+        if parsed:
+            kind, fields = parsed
+            allowed = expected.setdefault(kind, [])
+            if fields not in allowed:
+                allowed.append(fields)
+    # A stopped run's done line has one more word, `stopped=SIGTERM` (train.py, Trainer.run).
+    expected["done"] = expected.get("done", []) + [f | {"stopped"} for f in expected.get("done", [])]
+    expected["fault"] = fault_field_sets()
+    return expected
+
+
+@pytest.fixture(scope="module")
+def expected():
+    found = expected_fields(run_tiny())
+    missing = [k for k in ("start", "update", "trend", "done", "fault") if not found.get(k)]
+    assert not missing, f"the tiny runs printed no line of kind {missing}"
+    assert any(k.startswith("bench ") for k in found), "the tiny benchmark printed no bench line"
+    return found
+
+
+# -- tests --------------------------------------------------------------------------
+
+
+def test_every_relative_link_and_anchor_in_the_docs_resolves():
+    assert len(DOCS) >= 12, [str(p) for p in DOCS]  # README.md and the eleven pages of docs/
+    broken = [b for path in DOCS for b in broken_links(path)]
+    assert not broken, "\n".join(broken)
+
+
+def test_the_readme_stays_a_five_minute_read_and_every_image_is_shown():
+    lines = (REPO / "README.md").read_text().splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines; move a section to docs/ (at most about 250)"
+    shown = " ".join(path.read_text() for path in DOCS)
+    unused = [p.name for p in sorted((REPO / "docs" / "images").iterdir()) if f"images/{p.name}" not in shown]
+    assert not unused, f"docs/images/ holds images no page shows: {unused}"
+
+
+def test_every_cited_docs_section_exists():
+    found = citations()
+    assert any(where.startswith(("job/", "Makefile")) for where, _, _ in found), found  # the code's messages
+    wrong = []
+    for where, name, section in found:
+        path = REPO / "docs" / name
+        if not path.exists():
+            wrong.append(f"{where}: docs/{name} does not exist")
+        elif section not in headings(path):
+            wrong.append(f"{where}: docs/{name} has no section {section!r}; it has {sorted(headings(path))}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_code_or_doc_sends_readers_to_a_readme_section():
+    """README.md is short now; sections live in docs/. 'README, Token authentication' is stale."""
+    stale = [f"{where}" for where in (
+        f"{p.relative_to(REPO)}:{n}" for p in CITING if p.name != "test_docs.py"
+        for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
+        if re.search(r"README[,:] [A-Z]|README's \"|job/pong/README", line)
+    )]  # fmt: skip
+    assert not stale, f"cite the section's page instead, as 'docs/security.md, Token authentication': {stale}"
+
+
+def test_every_sample_log_line_has_exactly_the_fields_the_code_prints(expected):
+    samples = doc_samples()
+    kinds = {kind.split()[0] for _, kind, _ in samples}
+    assert {"start", "update", "trend", "done", "fault", "bench"} <= kinds, f"samples found only of kinds {kinds}"
+    stale = []
+    for where, kind, fields in samples:
+        allowed = expected.get(kind)
+        if not allowed:
+            stale.append(f"{where}: the code prints no line of kind {kind!r}")
+        elif fields not in allowed:
+            nearest = min(allowed, key=lambda a: len(a ^ fields))
+            stale.append(f"{where}: {kind} line missing {sorted(nearest - fields)}, extra {sorted(fields - nearest)}")
+    assert not stale, "stale samples (refresh: .venv/bin/python tests/test_docs.py):\n" + "\n".join(stale)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(JOB_DIR))
+    seen = set()
+    for line in run_tiny():
+        parsed = line_kind(line)
+        if parsed and parsed[0] not in seen:
+            seen.add(parsed[0])
+            print(line)
+    for fields in fault_field_sets():
+        print("fault fields (from pgpong/pool.py): " + " ".join(sorted(fields)))
