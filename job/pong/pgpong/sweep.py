@@ -51,8 +51,14 @@ def main(argv=None):
     p.add_argument("--seed", default="0", help="the trainer's --seed for every setting")
     args = p.parse_args(argv)
     root = os.path.abspath(os.path.expanduser(args.root))
-    stopping = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append("SIGTERM"))  # the child gets it too (same group)
+    stopping, child = [], []
+
+    def stop(signum, frame):  # pass SIGTERM on to the running trainer, which checkpoints and exits
+        stopping.append(signum)
+        for proc in child:
+            proc.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, stop)
     for batch, rate in args.settings:
         path = run_dir(root, batch, rate)
         wanted = -(-args.episodes // batch)  # updates, rounded up
@@ -63,10 +69,13 @@ def main(argv=None):
         command = [sys.executable, "-m", "pgpong.train", "--batch-size", str(batch), "--learning-rate", str(rate),
                    "--updates", str(left), "--workers", args.workers, "--seed", args.seed, "--run-dir", path,
                    "--checkpoint-every", str(max(1, 1000 // batch))]  # fmt: skip
+        proc = subprocess.Popen(command, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        child[:] = [proc]
         try:
-            code = subprocess.call(command, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        except KeyboardInterrupt:
-            code = 130
+            code = proc.wait()
+        except KeyboardInterrupt:  # Ctrl-C reached the trainer too (same process group): let it save
+            code = proc.wait()
+        child.clear()
         if code != 0 or stopping:
             print(kv("sweep", stopped=path, exit=code, resume="run the same command again"), flush=True)
             sys.exit(code or 1)
