@@ -33,6 +33,16 @@ RUN ?=
 CHECKPOINT ?=
 # `make play`: how many games to play; the first is written as a GIF.
 GAMES ?= 3
+# `make ship`: where the exported agent (weights, metrics) and its pictures (curve, game GIF) go.
+SHIP_DIR ?= docs/agent
+IMAGES_DIR ?= docs/images
+# `make sweep`: BATCH:RATE settings, each trained to EPISODES episodes in SWEEP_ROOT/b<BATCH>-lr<RATE>.
+SWEEP ?= 10:1e-3 50:2e-3 300:2e-3 300:5e-3 300:1e-2
+EPISODES ?= 6000
+SWEEP_ROOT ?= ~/pong-lr
+# `make compare`: run dirs to compare, and the episode counts to compare them at.
+RUNS ?=
+AT ?= 1000,3000,6000
 
 # Turns the words of `ray job status` into the status name: SUCCEEDED, FAILED, RUNNING...
 STATUS_WORD := -e "s/.*Job '[^']*' succeeded.*/SUCCEEDED/p" -e "s/.*Job '[^']*' failed.*/FAILED/p" \
@@ -250,3 +260,21 @@ plot: $(TOOLS) ## Learning curves of RUN in one PNG (RUN/curve.png): reward, epi
 play: $(TOOLS) ## Play GAMES games with CHECKPOINT, print each score, write the first as a GIF
 	@if [[ -z "$(CHECKPOINT)" ]]; then echo "make: pass CHECKPOINT=<ckpt-NNNNNN.npz, or a run dir for its newest checkpoint>" >&2; exit 1; fi
 	PYTHONPATH=job/pong python -m pgpong.play "$(CHECKPOINT)" --games $(GAMES) $(ARGS)
+
+.PHONY: ship
+ship: $(INSTALLED) ## Export RUN's newest checkpoint (or CHECKPOINT=) as the agent in SHIP_DIR; draw its curve and a game
+	@if [[ -z "$(RUN)" ]]; then echo "make: pass RUN=<run dir>, the trainer's --run-dir of the run to ship" >&2; exit 1; fi
+	PYTHONPATH=job/pong python -m pgpong.ship "$(RUN)" --out $(SHIP_DIR) $(if $(CHECKPOINT),--checkpoint "$(CHECKPOINT)")
+	PYTHONPATH=job/pong python -m pgpong.plot $(SHIP_DIR) --out $(IMAGES_DIR)/agent-curve.png
+	PYTHONPATH=job/pong python -m pgpong.play $(SHIP_DIR) --games 1 --out $(IMAGES_DIR)/agent-game.gif
+
+##@ Experiments (hours: run them in the background; they resume where they stopped)
+
+.PHONY: sweep
+sweep: $(INSTALLED) ## Train each BATCH:RATE of SWEEP to EPISODES episodes in SWEEP_ROOT, one after the other
+	cd job/pong && env -u RAY_ADDRESS python -m pgpong.sweep --root $(SWEEP_ROOT) --episodes $(EPISODES) $(SWEEP) $(ARGS)
+
+.PHONY: compare
+compare: $(INSTALLED) ## Running reward of the run dirs RUNS at AT episodes (ARGS=--markdown for a table)
+	@if [[ -z "$(RUNS)" ]]; then echo "make: pass RUNS=\"<run dir> ...\", e.g. RUNS=\"$$(echo $(SWEEP_ROOT)/*)\"" >&2; exit 1; fi
+	PYTHONPATH=job/pong python -m pgpong.compare $(RUNS) --at $(AT) $(ARGS)

@@ -156,7 +156,7 @@ def test_make_plot_draws_the_run_and_skips_a_half_written_line(run_copy):
 
 
 @pytest.mark.slow
-def test_make_play_prints_each_score_and_writes_a_gif_and_its_first_frame(run_copy):
+def test_make_play_prints_each_score_a_summary_and_writes_a_gif_and_its_last_screen(run_copy):
     made = make("play", f"CHECKPOINT={run_copy / 'ckpt-000001.npz'}", "GAMES=2")
     assert made.returncode == 0, made.stdout + made.stderr
     games = only(made.stdout, "game=")
@@ -168,13 +168,18 @@ def test_make_play_prints_each_score_and_writes_a_gif_and_its_first_frame(run_co
     [summary] = map(fields, only(made.stdout, "play "))
     assert int(summary["agent_points"]) == sum(int(fields(g)["agent"]) for g in games)
     assert int(summary["computer_points"]) == sum(int(fields(g)["computer"]) for g in games)
+    rewards = [int(fields(g)["reward"]) for g in games]
+    assert float(summary["mean_point_difference"]) == pytest.approx(sum(rewards) / 2)
+    assert int(summary["games_won"]) == sum(r > 0 for r in rewards)
     assert summary["gif"] == str(run_copy / "play-000001.gif") and summary["policy"] == "sampled"
     size = (160 * 2, 210 * 2)  # the Atari screen, upscaled 2x
     with Image.open(summary["gif"]) as gif:
         assert gif.size == size and gif.is_animated
         assert 100 < gif.n_frames <= int(summary["gif_frames"]) <= play.MAX_GIF_FRAMES
-    with Image.open(summary["png"]) as png:
+    with Image.open(summary["png"]) as png, Image.open(summary["gif"]) as gif:
         assert png.size == size
+        # the PNG is the game's last screen (the final score), not the GIF's opening picture
+        assert png.convert("RGB").tobytes() != gif.convert("RGB").tobytes()
     assert 0 < (run_copy / "play-000001.gif").stat().st_size < 5 * 2**20
 
 

@@ -18,6 +18,8 @@ import numpy as np
 from .store import StoreError, join, open_store, split
 
 FORMAT = 1  # bump when the file layout changes
+WEIGHTS_FORMAT = "weights-1"  # an exported agent: weights only, no RMSProp cache, so it plays but cannot resume
+AGENT_FILE = "pong-agent.npz"  # the exported agent's name in a folder (make ship)
 KEEP = 3  # checkpoints kept in a run directory
 _NAME = re.compile(r"^ckpt-(\d{6,})\.npz$")
 MUST_MATCH = ("env",)  # config fields a resumed run cannot change
@@ -98,6 +100,43 @@ def load(path):
     cache["W1"] = np.asfortranarray(cache["W1"])
     fields = {k: meta[k] for k in ("update", "episodes", "env_steps", "running_reward", "seconds")}
     return State(params=params, cache=cache, config=meta["config"], **fields)
+
+
+def export_weights(state, path, dtype=np.float16):
+    """Write the weights alone, as `dtype`, compressed: what `make play` needs and nothing to resume from."""
+    meta = {
+        "format": WEIGHTS_FORMAT,
+        "dtype": np.dtype(dtype).name,
+        **{k: getattr(state, k) for k in ("update", "episodes", "env_steps", "running_reward", "seconds")},
+        "config": state.config,
+    }
+    buffer = io.BytesIO()
+    arrays = {f"params/{k}": v.astype(dtype) for k, v in state.params.items()}
+    np.savez_compressed(buffer, meta=np.array(json.dumps(meta)), **arrays)
+    run_dir, name = split(str(path))
+    store(run_dir).write(name, buffer.getvalue())
+    return path
+
+
+def load_weights(path):
+    """The weights (float32) and counters of a checkpoint or an exported agent; State.cache is None
+    for an agent. Raises CheckpointError naming the file if it is unusable."""
+    from .policy import DTYPE  # here, not at the top: numba is slow to import and plot never needs it
+
+    try:
+        run_dir, name = split(str(path))
+        with np.load(io.BytesIO(store(run_dir).read(name)), allow_pickle=False) as z:
+            meta = json.loads(str(z["meta"]))
+            if meta.get("format") != WEIGHTS_FORMAT:
+                return load(path)
+            params = {k.split("/", 1)[1]: z[k].astype(DTYPE) for k in z.files if k.startswith("params/")}
+    except (OSError, StoreError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+        raise CheckpointError(f"checkpoint {path} is corrupt or unreadable ({e})") from None
+    if set(params) != {"W1", "W2"}:
+        raise CheckpointError(f"agent {path} lacks weights")
+    params["W1"] = np.asfortranarray(params["W1"])
+    fields = {k: meta[k] for k in ("update", "episodes", "env_steps", "running_reward", "seconds")}
+    return State(params=params, cache=None, config=meta["config"], **fields)
 
 
 def load_latest(run_dir, config, warn=print):

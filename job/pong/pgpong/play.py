@@ -4,13 +4,16 @@ How to run (from the repo root; `make play CHECKPOINT=... GAMES=3` does the same
 
     PYTHONPATH=job/pong python -m pgpong.play ~/pong-runs/a/ckpt-000100.npz --games 3
     PYTHONPATH=job/pong python -m pgpong.play ~/pong-runs/a --greedy    # the run's newest checkpoint
+    PYTHONPATH=job/pong python -m pgpong.play docs/agent --games 10     # the shipped agent (make play)
 
 The policy acts as in training: the trainer's own kernel (policy.policy_step)
 preprocesses each screen, runs the network and plays UP with probability P(UP);
 --greedy plays UP iff P(UP) > 0.5. Frame skips and sticky actions are the env's,
 drawn from a stream seeded by (--seed, game), so the same seed replays the same games.
 Writes the first game as an animated GIF (screens upscaled, nearest neighbour) and
-its first frame as a PNG beside it. Needs Pillow (requirements-dev.txt).
+its last screen, the final score, as a PNG beside it. The last line sums up all games:
+`mean_point_difference` is the mean of (agent's points - computer's points) per game,
+above 0 when the agent beats the built-in AI on average. Needs Pillow (requirements-dev.txt).
 """
 
 import os
@@ -20,7 +23,7 @@ import time
 import numpy as np
 
 from . import checkpoint, policy, rollout
-from .config import _checked, _non_negative_int, _Parser, _positive_int
+from .config import DEFAULT_RUNS, _checked, _non_negative_int, _Parser, _positive_int
 from .logline import kv
 from .store import StoreError
 
@@ -69,6 +72,7 @@ class Recorder:
         self.colours = []  # the palette, in index order
 
     def add(self, screen, ticks):
+        self.last = screen.copy()  # the final screen is kept whole, whatever the subsampling
         if self.seen % self.stride == 0:
             self.frames.append(self.indices(screen))
             self.ticks.append(int(ticks))
@@ -119,22 +123,24 @@ def play_game(stepper, pol, seed, game, greedy, recorder=None):
 
 
 def write_gif(recorder, scale, gif_path, png_path):
-    """The recorded screens upscaled (nearest neighbour) into a GIF, its first frame into a PNG."""
+    """The recorded screens upscaled (nearest neighbour) into a GIF, the game's last screen into a PNG."""
     from PIL import Image
 
-    frames = []
-    for index in recorder.frames:
+    def image(index):
         img = Image.fromarray(index)  # 8-bit indices; putpalette makes it a palette image
         img.putpalette(recorder.palette())
-        frames.append(img.resize((img.width * scale, img.height * scale), Image.Resampling.NEAREST))
+        return img.resize((img.width * scale, img.height * scale), Image.Resampling.NEAREST)
+
+    frames = [image(index) for index in recorder.frames]
     durations = [max(20, round(1000 * t / ATARI_FPS)) for t in recorder.ticks]  # browsers slow anything faster
     frames[0].save(gif_path, save_all=True, append_images=frames[1:], duration=durations, loop=0)
-    frames[0].save(png_path)
+    image(recorder.indices(recorder.last)).save(png_path)
     return frames[0].size
 
 
 def find_checkpoint(path):
-    """A checkpoint file, or a run dir's newest checkpoint; exits with one line if there is none."""
+    """A checkpoint file, an exported agent's folder, or a run dir's newest checkpoint; exits with one
+    line if there is none."""
     if not path.startswith("s3://"):
         path = os.path.abspath(os.path.expanduser(path))
         if not os.path.exists(path):
@@ -143,6 +149,8 @@ def find_checkpoint(path):
         return path
     if not path.startswith("s3://") and not os.path.isdir(path):
         fail(f"{path} is neither a checkpoint (ckpt-NNNNNN.npz) nor a run dir")
+    if not path.startswith("s3://") and os.path.exists(os.path.join(path, checkpoint.AGENT_FILE)):
+        return os.path.join(path, checkpoint.AGENT_FILE)
     try:
         found = checkpoint.checkpoints(path)
     except StoreError as e:
@@ -153,14 +161,18 @@ def find_checkpoint(path):
 
 
 def default_gif(ckpt_path, update):
-    """play-<update>.gif beside a local checkpoint; in the current dir for one on S3."""
+    """play-<update>.gif beside a run's local checkpoint; for one on S3 or an exported agent (a folder
+    that may be under version control), in ~/pong-runs/play/."""
     name = f"play-{update:06d}.gif"
-    return os.path.abspath(name) if ckpt_path.startswith("s3://") else os.path.join(os.path.dirname(ckpt_path), name)
+    if ckpt_path.startswith("s3://") or os.path.basename(ckpt_path) == checkpoint.AGENT_FILE:
+        return os.path.join(os.path.expanduser(DEFAULT_RUNS), "play", name)
+    return os.path.join(os.path.dirname(ckpt_path), name)
 
 
 def parse_args(argv):
     p = _Parser(prog="python -m pgpong.play", description=__doc__.split("\n\n")[0])
-    p.add_argument("checkpoint", help="a ckpt-NNNNNN.npz (local or s3://...), or a run dir: its newest checkpoint")
+    p.add_argument("checkpoint", help="a ckpt-NNNNNN.npz (local or s3://...), a run dir (its newest checkpoint), "
+                   f"or a folder with an exported {checkpoint.AGENT_FILE} (make ship)")  # fmt: skip
     p.add_argument("--games", type=_checked(_positive_int, "a whole number >= 1"), default=3, help="games to play")
     p.add_argument("--greedy", action="store_true", help="play UP iff P(UP) > 0.5 instead of sampling as in training")
     p.add_argument("--seed", type=_checked(_non_negative_int, "a whole number >= 0"), default=0,
@@ -175,7 +187,7 @@ def main(argv=None):
     args = parse_args(argv)
     path = find_checkpoint(args.checkpoint)
     try:
-        state = checkpoint.load(path)
+        state = checkpoint.load_weights(path)
     except checkpoint.CheckpointError as e:
         fail(str(e))
     env_id = state.config.get("env", "Pong-v0")
@@ -193,11 +205,13 @@ def main(argv=None):
     pol = Policy(state.params)
     recorder = Recorder()
     totals = [0, 0]
+    wins = 0
     for game in range(1, args.games + 1):
         t = time.perf_counter()
         won, lost, steps = play_game(stepper, pol, args.seed, game, args.greedy, recorder if game == 1 else None)
         totals[0] += won
         totals[1] += lost
+        wins += won > lost
         print(kv(game=game, agent=won, computer=lost, points=won + lost, reward=won - lost, steps=steps,
                  seconds=time.perf_counter() - t), flush=True)  # fmt: skip
         if steps >= MAX_STEPS:
@@ -214,6 +228,8 @@ def main(argv=None):
             games=args.games,
             agent_points=totals[0],
             computer_points=totals[1],
+            games_won=wins,
+            mean_point_difference=(totals[0] - totals[1]) / args.games,
             gif=gif,
             png=png,
             gif_frames=len(recorder.frames),

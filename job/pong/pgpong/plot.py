@@ -17,7 +17,7 @@ import sys
 from . import checkpoint, watch
 from .config import _Parser
 from .logline import kv
-from .store import StoreError
+from .store import StoreError, join
 
 SIZE_IN = (12, 8)  # figure size in inches
 DPI = 100  # so the PNG is 1200 x 800 pixels
@@ -30,10 +30,13 @@ def fail(message):
 
 
 def run_config(run_dir, records):
-    """(config dict, where it came from): the newest readable checkpoint's, else what metrics show."""
-    for path in checkpoint.checkpoints(run_dir):
+    """(config dict, where it came from): the newest readable checkpoint's (or the exported agent's),
+    else what metrics show."""
+    names = checkpoint.store(run_dir).names()
+    agent = [join(run_dir, checkpoint.AGENT_FILE)] if checkpoint.AGENT_FILE in names else []
+    for path in checkpoint.checkpoints(run_dir) + agent:
         try:
-            return checkpoint.load(path).config, f"config of {os.path.basename(path)}"
+            return checkpoint.load_weights(path).config, f"config of {os.path.basename(path)}"
         except checkpoint.CheckpointError:
             continue
     return {"batch_size": records[0]["episodes"]}, "no checkpoint yet: batch size from metrics.jsonl"

@@ -11,6 +11,7 @@ Metrics view (Grafana) can chart them while the job runs. Ray is imported only i
 LiveMetrics, so the rest is plain functions a test can call.
 """
 
+import gzip
 import json
 
 from . import checkpoint
@@ -19,6 +20,7 @@ from .store import StoreError
 TREND_EVERY = 10  # updates between two trend lines in the job's log
 TREND_WIDTH = 40  # characters of a sparkline, whatever the number of updates
 LEVELS = "_.-~^"  # ASCII characters from the lowest value to the highest
+SHIPPED_METRICS = "metrics.jsonl.gz"  # an exported agent's metrics (make ship)
 
 
 def resample(values, width):
@@ -66,7 +68,11 @@ def read_metrics(run_dir):
     until it is whole. Raises OSError if there is no metrics.jsonl, StoreError if the
     run dir cannot be reached (S3 credentials, a missing bucket).
     """
-    text = checkpoint.store(run_dir).read("metrics.jsonl").decode(errors="replace")
+    store = checkpoint.store(run_dir)
+    if "metrics.jsonl" not in store.names() and SHIPPED_METRICS in store.names():  # an exported agent
+        text = gzip.decompress(store.read(SHIPPED_METRICS)).decode(errors="replace")
+    else:
+        text = store.read("metrics.jsonl").decode(errors="replace")
     records = []
     for line in text.splitlines():
         try:

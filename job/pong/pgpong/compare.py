@@ -1,0 +1,100 @@
+"""Compare learning runs by episodes played: the running reward each had reached after the same
+number of episodes, whatever its batch size, learning rate or machine. Runs on your machine.
+
+How to run (from the repo root; `make compare RUNS="..." AT=...` does the same):
+
+    PYTHONPATH=job/pong python -m pgpong.compare ~/pong-lr/* --at 1000,3000,6000
+    PYTHONPATH=job/pong python -m pgpong.compare ~/pong-lr/* --markdown      # a table for the docs
+
+For each run: its batch size and learning rate (from its newest checkpoint), then at each
+milestone the running reward at the first update that reached that many episodes, and the
+update it was. A run that has not reached a milestone shows '-'.
+"""
+
+import os
+import sys
+
+from . import checkpoint, plot, watch
+from .config import _Parser
+from .logline import kv
+from .store import StoreError
+
+
+def fail(message):
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def milestones(text):
+    values = [int(v) for v in text.split(",")]
+    if not values or min(values) < 1:
+        raise ValueError
+    return sorted(values)
+
+
+def at_episodes(records, episodes):
+    """(running reward, update) at the first update whose total episodes reached `episodes`, or None."""
+    for r in records:
+        if r.get("total_episodes", 0) >= episodes:
+            return r["running_reward"], r["update"]
+    return None
+
+
+def summary(run_dir, at):
+    """One run's row: {'run', 'batch_size', 'learning_rate', 'episodes', 'updates', at each milestone}."""
+    records = watch.read_metrics(run_dir)
+    if not records:
+        raise OSError(f"{run_dir} has no metrics yet")
+    config, _ = plot.run_config(run_dir, records)
+    last = records[-1]
+    row = {
+        "run": os.path.basename(run_dir.rstrip("/")),
+        "batch_size": config.get("batch_size"),
+        "learning_rate": config.get("learning_rate"),
+        "episodes": last.get("total_episodes"),
+        "updates": last["update"],
+        "running_reward": last["running_reward"],
+    }
+    for m in at:
+        row[m] = at_episodes(records, m)
+    return row
+
+
+def main(argv=None):
+    from .config import _checked
+
+    p = _Parser(prog="python -m pgpong.compare", description=__doc__.split("\n\n")[0])
+    p.add_argument("runs", nargs="+", help="run dirs (the trainer's --run-dir)")
+    p.add_argument("--at", type=_checked(milestones, "episode counts like 1000,3000,6000"), default=[1000, 3000, 6000],
+                   help="episode milestones (default 1000,3000,6000)")  # fmt: skip
+    p.add_argument("--markdown", action="store_true", help="print a Markdown table instead of key=value lines")
+    args = p.parse_args(argv)
+    rows = []
+    for run in args.runs:
+        path = run if run.startswith("s3://") else os.path.abspath(os.path.expanduser(run))
+        try:
+            rows.append(summary(path, args.at))
+        except (OSError, StoreError, checkpoint.CheckpointError) as e:
+            fail(f"cannot read run {path}: {e}")
+    rows.sort(key=lambda r: (r["batch_size"] or 0, r["learning_rate"] or 0))
+
+    def cell(value):
+        return "-" if value is None else f"{value[0]:.2f} (update {value[1]})"
+
+    if args.markdown:
+        heads = ["run", "batch", "learning rate", *(f"running reward at {m:,} episodes" for m in args.at), "last"]
+        print("| " + " | ".join(heads) + " |")
+        print("|" + "---|" * len(heads))
+        for r in rows:
+            last = f"{r['running_reward']:.2f} at {r['episodes']:,} episodes ({r['updates']} updates)"
+            cells = [r["run"], str(r["batch_size"]), f"{r['learning_rate']:g}", *(cell(r[m]) for m in args.at), last]
+            print("| " + " | ".join(cells) + " |")
+        return
+    for r in rows:
+        at = {f"at_{m}": "-" if r[m] is None else f"{r[m][0]:.2f}@u{r[m][1]}" for m in args.at}
+        print(kv("compare", run=r["run"], batch_size=r["batch_size"], learning_rate=r["learning_rate"],
+                 episodes=r["episodes"], updates=r["updates"], running_reward=r["running_reward"], **at))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

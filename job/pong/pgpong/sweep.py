@@ -1,0 +1,86 @@
+"""Learning-rate experiments: train several (batch size, learning rate) settings to the same number
+of episodes, so that they can be compared by episodes, which do not depend on how busy the machine was.
+
+How to run (from the repo root; `make sweep` and `make compare` do the same):
+
+    PYTHONPATH=job/pong python -m pgpong.sweep --root ~/pong-lr --episodes 6000 300:3e-3 300:1e-3 50:2e-3
+    PYTHONPATH=job/pong python -m pgpong.compare ~/pong-lr/* --at 1000,3000,6000
+
+Each setting BATCH:RATE trains with the real trainer (python -m pgpong.train, seed 0) in
+<root>/b<BATCH>-lr<RATE> until it has played --episodes episodes, one setting after the other.
+Stop it at any time (Ctrl-C or SIGTERM: the running setting checkpoints); the same command again
+resumes each setting where it stopped and skips those already done.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+
+from . import checkpoint
+from .config import _checked, _Parser, _positive_float, _positive_int
+from .logline import kv
+
+
+def setting(text):
+    """'300:3e-3' -> (300, 0.003)."""
+    batch, sep, rate = text.partition(":")
+    if not sep:
+        raise ValueError
+    return _positive_int(batch), _positive_float(rate)
+
+
+def run_dir(root, batch, rate):
+    return os.path.join(root, f"b{batch}-lr{rate:g}")
+
+
+def updates_done(path):
+    """Updates in the newest checkpoint of a run dir (0 for a new one)."""
+    found = checkpoint.checkpoints(path) if os.path.isdir(path) else []
+    return checkpoint.load(found[0]).update if found else 0
+
+
+def main(argv=None):
+    p = _Parser(prog="python -m pgpong.sweep", description=__doc__.split("\n\n")[0])
+    p.add_argument("settings", nargs="+", type=_checked(setting, "BATCH:RATE, e.g. 300:3e-3"),
+                   help="batch size and learning rate of each run, e.g. 10:1e-3 300:3e-3")  # fmt: skip
+    p.add_argument("--root", default="~/pong-lr", help="folder of the run dirs (default: ~/pong-lr)")
+    p.add_argument("--episodes", type=_checked(_positive_int, "a whole number >= 1"), default=6000,
+                   help="episodes each setting trains for (rounded up to whole updates; default 6000)")  # fmt: skip
+    p.add_argument("--workers", default="auto", help="rollout actors of each run (the trainer's --workers)")
+    p.add_argument("--seed", default="0", help="the trainer's --seed for every setting")
+    args = p.parse_args(argv)
+    root = os.path.abspath(os.path.expanduser(args.root))
+    stopping, child = [], []
+
+    def stop(signum, frame):  # pass SIGTERM on to the running trainer, which checkpoints and exits
+        stopping.append(signum)
+        for proc in child:
+            proc.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    for batch, rate in args.settings:
+        path = run_dir(root, batch, rate)
+        wanted = -(-args.episodes // batch)  # updates, rounded up
+        left = wanted - updates_done(path)
+        print(kv("sweep", run=path, batch_size=batch, learning_rate=rate, updates=wanted, left=max(left, 0)), flush=True)
+        if left <= 0:
+            continue
+        command = [sys.executable, "-m", "pgpong.train", "--batch-size", str(batch), "--learning-rate", str(rate),
+                   "--updates", str(left), "--workers", args.workers, "--seed", args.seed, "--run-dir", path,
+                   "--checkpoint-every", str(max(1, 1000 // batch))]  # fmt: skip
+        proc = subprocess.Popen(command, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        child[:] = [proc]
+        try:
+            code = proc.wait()
+        except KeyboardInterrupt:  # Ctrl-C reached the trainer too (same process group): let it save
+            code = proc.wait()
+        child.clear()
+        if code != 0 or stopping:
+            print(kv("sweep", stopped=path, exit=code, resume="run the same command again"), flush=True)
+            sys.exit(code or 1)
+    print(kv("sweep", done=len(args.settings), compare=f"python -m pgpong.compare {root}/*"), flush=True)
+
+
+if __name__ == "__main__":
+    main()

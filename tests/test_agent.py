@@ -1,0 +1,107 @@
+"""The shipped agent and the learning-rate experiments: `make ship`, `make play` of an exported agent,
+`make compare` and `make sweep`, each on a real tiny run of the trainer."""
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+from conftest import clean_env, fields, run
+from pgpong import checkpoint, compare, watch
+from test_train import run_cli
+from test_watch import only, tiny_run  # noqa: F401  (one update of batch 2 by the real trainer)
+
+pytestmark = pytest.mark.slow
+
+
+def make(*args, timeout=300):
+    return run(["make", *args], clean_env(), timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def shipped(tiny_run, tmp_path_factory):  # noqa: F811
+    """`make ship` of the tiny run into a temp folder: (the make output, the agent folder, the images folder)."""
+    root = tmp_path_factory.mktemp("ship")
+    made = make("ship", f"RUN={tiny_run[1]}", f"SHIP_DIR={root / 'agent'}", f"IMAGES_DIR={root / 'images'}")
+    assert made.returncode == 0, made.stdout + made.stderr
+    return made.stdout, root / "agent", root / "images"
+
+
+def test_ship_writes_float16_weights_that_play_and_the_whole_metrics(tiny_run, shipped):  # noqa: F811
+    out, agent_dir, images = shipped
+    [line] = map(fields, only(out, "ship "))
+    original = checkpoint.load(tiny_run[1] / "ckpt-000001.npz")
+    agent = checkpoint.load_weights(agent_dir / checkpoint.AGENT_FILE)
+    assert agent.cache is None and agent.update == original.update == int(line["update"])
+    assert agent.config == original.config and agent.running_reward == original.running_reward
+    for k, w in original.params.items():
+        assert agent.params[k].dtype == np.float32 and agent.params[k].shape == w.shape
+        np.testing.assert_array_equal(agent.params[k], w.astype(np.float16).astype(np.float32))
+    assert (agent_dir / checkpoint.AGENT_FILE).stat().st_size < 0.4 * (tiny_run[1] / "ckpt-000001.npz").stat().st_size
+    shipped_metrics = [json.loads(x) for x in gzip.decompress((agent_dir / "metrics.jsonl.gz").read_bytes()).splitlines()]
+    assert shipped_metrics == watch.read_metrics(tiny_run[1])
+    assert watch.read_metrics(agent_dir) == shipped_metrics  # make plot RUN=<agent folder> reads them
+    assert (images / "agent-curve.png").stat().st_size > 0 and (images / "agent-game.gif").stat().st_size > 0
+    [played] = map(fields, only(out, "play "))
+    assert played["checkpoint"] == str(agent_dir / checkpoint.AGENT_FILE) and played["games"] == "1"
+
+
+def test_make_play_of_an_agent_folder_plays_the_exported_agent(shipped, tmp_path):
+    _, agent_dir, _ = shipped
+    made = make("play", f"CHECKPOINT={agent_dir}", "GAMES=1", f"ARGS=--out {tmp_path / 'g.gif'}")
+    assert made.returncode == 0, made.stdout + made.stderr
+    [summary] = map(fields, only(made.stdout, "play "))
+    assert summary["checkpoint"] == str(agent_dir / checkpoint.AGENT_FILE)
+    [game] = map(fields, only(made.stdout, "game="))
+    assert float(summary["mean_point_difference"]) == int(game["reward"])
+
+
+def test_ship_refuses_a_run_without_checkpoints(tmp_path):
+    proc = run(["python", "-m", "pgpong.ship", str(tmp_path)], clean_env(PYTHONPATH="job/pong"), timeout=60)
+    assert proc.returncode == 2 and "holds no checkpoint" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_compare_reads_each_runs_reward_at_the_milestones(tiny_run):  # noqa: F811
+    records = watch.read_metrics(tiny_run[1])
+    row = compare.summary(str(tiny_run[1]), [1, 2, 3])
+    assert row["batch_size"] == 2 and row["episodes"] == 2 and row["updates"] == 1
+    assert row[1] == row[2] == (records[0]["running_reward"], 1) and row[3] is None
+    made = make("compare", f"RUNS={tiny_run[1]}", "AT=1,5")
+    assert made.returncode == 0, made.stderr
+    [line] = map(fields, only(made.stdout, "compare "))
+    assert line["at_1"] == f"{records[0]['running_reward']:.2f}@u1" and line["at_5"] == "-"
+
+
+def test_at_episodes_takes_the_first_update_that_reached_the_milestone():
+    records = [{"update": u, "total_episodes": 10 * u, "running_reward": -21 + u} for u in range(1, 6)]
+    assert compare.at_episodes(records, 10) == (-20, 1)
+    assert compare.at_episodes(records, 11) == (-19, 2)
+    assert compare.at_episodes(records, 50) == (-16, 5)
+    assert compare.at_episodes(records, 51) is None
+
+
+def test_sweep_trains_each_setting_to_the_episodes_then_resumes_with_nothing_left(tmp_path):
+    root = tmp_path / "lr"
+    args = ["--root", str(root), "--episodes", "3", "--workers", "1", "2:1e-3", "3:2e-3"]
+    first = run_cli_module("pgpong.sweep", *args)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    sweeps = [fields(x) for x in only(first.stdout, "sweep run=")]
+    assert [(s["batch_size"], s["updates"], s["left"]) for s in sweeps] == [("2", "2", "2"), ("3", "1", "1")]
+    for name, batch, updates in (("b2-lr0.001", 2, 2), ("b3-lr0.002", 3, 1)):
+        state = checkpoint.load(checkpoint.checkpoints(str(root / name))[0])
+        assert (state.update, state.episodes, state.config["batch_size"]) == (updates, batch * updates, batch)
+    again = run_cli_module("pgpong.sweep", *args)
+    assert again.returncode == 0 and "start " not in again.stdout  # nothing trained the second time
+    assert [fields(x)["left"] for x in only(again.stdout, "sweep run=")] == ["0", "0"]
+
+
+def test_a_bad_sweep_setting_is_one_line_and_exit_2():
+    proc = run_cli_module("pgpong.sweep", "300")
+    assert proc.returncode == 2 and "must be BATCH:RATE" in proc.stderr, proc.stderr
+
+
+def run_cli_module(module, *args):
+    from pong_helpers import JOB_DIR
+
+    return run(["python", "-m", module, *args], clean_env(PYTHONUNBUFFERED="1", RAY_ADDRESS="local"), cwd=JOB_DIR, timeout=600)
