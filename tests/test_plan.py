@@ -155,6 +155,7 @@ def test_more_actors_make_an_update_faster_until_the_batch_runs_out():
     "args, message",
     [
         (["--nodes", "0"], "--nodes, --cpus, --batch-size and --samples must be whole numbers >= 1"),
+        (["--nodes", "abc"], "argument --nodes: invalid int value: 'abc'"),
         (["--inputs", "/nonexistent/plan_inputs.json"], "no plan inputs at /nonexistent/plan_inputs.json"),
         (["--cluster", "/nonexistent.yaml"], "cannot read the head's InstanceType and provider.region"),
     ],

@@ -61,6 +61,12 @@ class PlanError(Exception):
     """A mistake the user can fix; printed as one line."""
 
 
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not argparse's usage block
+        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
+        sys.exit(2)
+
+
 # -- the dispatch simulation ---------------------------------------------------
 
 
@@ -571,7 +577,7 @@ def machine():
 
 
 def parser():
-    p = argparse.ArgumentParser(prog="python -m pgpong.plan", description=__doc__.split("\n")[0])
+    p = Parser(prog="python -m pgpong.plan", description=__doc__.split("\n")[0])
     p.add_argument("--nodes", type=int, default=11, help="nodes of the cluster (default 11)")
     p.add_argument("--cpus", type=int, default=18, help="CPUs per node, one rollout actor each (default 18)")
     p.add_argument("--batch-size", type=int, default=300, help="episodes per update (default 300)")
@@ -590,7 +596,7 @@ def main(argv=None):
     sub = argv[0] if argv else ""
     try:
         if sub == "inputs":
-            p = argparse.ArgumentParser(prog="python -m pgpong.plan inputs")
+            p = Parser(prog="python -m pgpong.plan inputs")
             p.add_argument("--run", help="a run dir: rebuild the learning inputs from its metrics.jsonl")
             p.add_argument("--calibration", help="a `calibrate` JSON: rebuild the core rate and the costs")
             p.add_argument("--inputs", default=INPUTS)
@@ -603,13 +609,13 @@ def main(argv=None):
                      running_reward_last=ln["running_reward_last"], episodes_to_win=ln.get("episodes_to_win"),
                      episodes_to_win_kind=ln["episodes_to_win_kind"]))  # fmt: skip
         elif sub == "probe":
-            p = argparse.ArgumentParser(prog="python -m pgpong.plan probe")
+            p = Parser(prog="python -m pgpong.plan probe")
             p.add_argument("--log", required=True)
             p.add_argument("--niceness", type=int, default=0, help="run at this niceness, as the actors it stands for")
             a = p.parse_args(argv[1:])
             probe(a.log, a.niceness)
         elif sub == "calibrate":
-            p = argparse.ArgumentParser(prog="python -m pgpong.plan calibrate")
+            p = Parser(prog="python -m pgpong.plan calibrate")
             p.add_argument("--out", required=True)
             p.add_argument("--work-dir", required=True)
             p.add_argument("--batch10-updates", type=int, default=20)
