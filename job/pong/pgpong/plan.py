@@ -532,7 +532,7 @@ def calibrate(out_path, work_dir, runs=((10, 20), (300, 2)), workers=2):
     try:
         while not os.path.exists(probe_log) and prober.poll() is None:  # playing before the first run starts
             time.sleep(1)
-        for batch, updates in runs:
+        for batch, updates in [(b, n) for b, n in runs if n > 0]:  # 0 skips a run (it would never end)
             run_dir = os.path.join(work_dir, f"batch{batch}")
             args = ["--batch-size", str(batch), "--updates", str(updates), "--workers", str(workers), "--run-dir", run_dir]
             for attempt in range(3):  # on a busy machine Ray's node can miss its 30 s startup deadline
