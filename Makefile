@@ -27,7 +27,7 @@ ID ?= $(shell cat $(LAST_JOB_FILE) 2>/dev/null)
 DEMO_ARGS ?= --batch-size 4 --updates 2
 # The dashboard of the local head that cluster/local-ray.sh starts (Ray's default port).
 LOCAL_ADDRESS := http://127.0.0.1:8265
-# `make plot`: a run directory, the trainer's --run-dir (a folder or s3://bucket/prefix).
+# `make plot` (a folder or s3://bucket/prefix) and `make plan-inputs`: a run directory, the trainer's --run-dir.
 RUN ?=
 # `make play`: a checkpoint (ckpt-NNNNNN.npz, a file or s3://...), or a run dir for its newest.
 CHECKPOINT ?=
@@ -43,6 +43,10 @@ SWEEP_ROOT ?= ~/pong-lr
 # `make compare`: run dirs to compare, and the episode counts to compare them at.
 RUNS ?=
 AT ?= 1000,3000,6000
+# `make plan`: the cluster to project, nodes x CPUs per node, and the batch size.
+NODES ?= 11
+CPUS ?= 18
+BATCH ?= 300
 
 # Turns the words of `ray job status` into the status name: SUCCEEDED, FAILED, RUNNING...
 STATUS_WORD := -e "s/.*Job '[^']*' succeeded.*/SUCCEEDED/p" -e "s/.*Job '[^']*' failed.*/FAILED/p" \
@@ -249,6 +253,17 @@ train: $(INSTALLED) ## Train without Ray Jobs: cd job/JOB && python -m <package>
 bench: $(INSTALLED) ## Benchmark pong: cd job/pong && python -m pgpong.bench ARGS
 	cd job/pong && env -u RAY_ADDRESS python -m pgpong.bench $(ARGS)
 
+##@ Plan a cluster run (a model from figures measured here; no Ray needed)
+
+.PHONY: plan
+plan: $(INSTALLED) ## Project NODES x CPUS at BATCH: seconds per update, episodes and $ an hour, hours and $ to a win
+	@PYTHONPATH=job/pong:infra python -m pgpong.plan --nodes $(NODES) --cpus $(CPUS) --batch-size $(BATCH) --cluster $(CLUSTER) $(ARGS)
+
+.PHONY: plan-inputs
+plan-inputs: $(INSTALLED) ## Rebuild the plan's learning inputs (episode lengths, episodes to win) from RUN's metrics
+	@if [[ -z "$(RUN)" ]]; then echo "make: pass RUN=<run dir>, a trainer's --run-dir with a metrics.jsonl" >&2; exit 1; fi
+	PYTHONPATH=job/pong python -m pgpong.plan inputs --run "$(RUN)" $(ARGS)
+
 ##@ Watch a run (on this machine; RUN and CHECKPOINT may be on S3)
 
 .PHONY: plot
@@ -262,7 +277,7 @@ play: $(TOOLS) ## Play GAMES games with CHECKPOINT, print each score, write the 
 	PYTHONPATH=job/pong python -m pgpong.play "$(CHECKPOINT)" --games $(GAMES) $(ARGS)
 
 .PHONY: ship
-ship: $(INSTALLED) ## Export RUN's newest checkpoint (or CHECKPOINT=) as the agent in SHIP_DIR; draw its curve and a game
+ship: $(TOOLS) ## Export RUN's newest checkpoint (or CHECKPOINT=) as the agent in SHIP_DIR; draw its curve and a game
 	@if [[ -z "$(RUN)" ]]; then echo "make: pass RUN=<run dir>, the trainer's --run-dir of the run to ship" >&2; exit 1; fi
 	PYTHONPATH=job/pong python -m pgpong.ship "$(RUN)" --out $(SHIP_DIR) $(if $(CHECKPOINT),--checkpoint "$(CHECKPOINT)")
 	PYTHONPATH=job/pong python -m pgpong.plot $(SHIP_DIR) --out $(IMAGES_DIR)/agent-curve.png

@@ -136,6 +136,14 @@ class Trainer:
         self.saved = self.state.update
         return path, time.perf_counter() - t
 
+    def progress(self, first, started):
+        """With --updates N: progress=done/N and eta_s, the updates left times the mean wall-clock update so far."""
+        if not self.cfg.updates:
+            return {}
+        done = self.state.update - first
+        elapsed = time.perf_counter() - started
+        return {"progress": f"{done}/{self.cfg.updates}", "eta_s": elapsed / done * (self.cfg.updates - done)}
+
     # -- the loop --------------------------------------------------------------
 
     def run(self):
@@ -165,7 +173,7 @@ class Trainer:
                 if s.update % cfg.checkpoint_every == 0:
                     _, rec["checkpoint_s"] = self.save()
                 self.records.append(rec)
-                self.out(kv(**rec))
+                self.out(kv(**rec, **self.progress(first, started)))
                 self.report(rec)
         except Stopped as e:
             reason = str(e)

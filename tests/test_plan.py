@@ -1,0 +1,233 @@
+"""The planning model: its dispatch simulation on known answers, its update times against runs
+measured here, the command's key=value lines, its inputs rebuilt from a run, and the
+trainer's progress and ETA on a real small run."""
+
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import REPO, THREADS, fields
+from pgpong import config, plan, train
+from pong_helpers import JOB_DIR
+
+# What `python -m pgpong.plan calibrate` measured here: a batch-10 and a batch-300 run of the
+# trainer, and beside them, the whole time, a probe process playing episodes (its rate).
+CALIBRATION = pathlib.Path(__file__).with_name("plan_calibration.json")
+TOLERANCE = 0.15
+
+
+# -- the dispatch simulation on cases with a known answer ----------------------------
+
+
+def test_equal_episodes_take_whole_waves():
+    assert max(plan.dispatch([1.0] * 6, 3)) == 2.0  # two waves of three
+    assert max(plan.dispatch([1.0] * 6, 4)) == 2.0  # four, then two: the update waits for the second wave
+    assert max(plan.dispatch([1.0] * 300, 198)) == 2.0
+    assert max(plan.dispatch([1.0] * 396, 198)) == 2.0
+    assert max(plan.dispatch([1.0] * 397, 198)) == 3.0
+
+
+def test_one_long_episode_sets_the_update_time():
+    # handed out first, it runs alone on actor 0 while actor 1 plays the rest
+    assert plan.dispatch([5.0, 1.0, 1.0, 1.0, 1.0], 2) == [5.0, 4.0]
+    # handed out last, it starts only when an actor frees up: the chain is 2 + 5
+    assert plan.dispatch([1.0, 1.0, 1.0, 1.0, 5.0], 2) == [7.0, 2.0]
+
+
+def test_more_actors_than_episodes_leave_actors_idle():
+    finish = plan.dispatch([2.0, 3.0, 1.0], 10)
+    assert max(finish) == 3.0 and finish[:3] == [2.0, 3.0, 1.0] and finish[3:] == [0.0] * 7
+
+
+def test_whichever_actor_is_idle_takes_the_next_episode():
+    # actor 1 frees up first (at 1), takes episode 2 (3 long) and ends at 4; actor 0 takes episode 3 at 2
+    assert plan.dispatch([2.0, 1.0, 3.0, 2.0], 2) == [4.0, 4.0]
+    rng = np.random.default_rng(1)
+    durations = rng.exponential(1.0, 500)
+    finish = plan.dispatch(durations, 7)
+    assert sum(finish) == pytest.approx(durations.sum())  # every episode is played once
+    assert max(finish) - min(finish) <= durations.max() + 1e-9  # greedy: no chain ends a whole episode late
+
+
+def test_update_seconds_adds_the_costs_around_the_longest_chain():
+    costs = {"broadcast_s": 0.5, "reduce_per_node_s": 0.25, "fold_s": 0.0, "rmsprop_s": 0.125}
+    one = plan.update_seconds([1000] * 4, 1000.0, nodes=1, cpus=2, costs=costs)
+    assert one["rollout_s"] == 2.0
+    assert one["seconds"] == pytest.approx(2.0 + 0.5 + 0.25 + 0.125)
+    # 300 equal episodes on 11 x 18 = 198 actors: two waves; more nodes add network bytes
+    big = plan.update_seconds([1000] * 300, 1000.0, nodes=11, cpus=18, costs=costs, network_gbps=10.0)
+    link = 10e9 / 8
+    assert big["rollout_s"] == 2.0
+    assert big["broadcast_s"] == pytest.approx(0.5 + 10 * plan.WEIGHT_BYTES / link)
+    assert big["reduce_s"] == pytest.approx(11 * 0.25 + 10 * plan.GRADIENT_BYTES / link)
+
+
+# -- the model against update times measured here ------------------------------------
+
+
+def calibration():
+    with open(CALIBRATION) as f:
+        return json.load(f)
+
+
+@pytest.mark.parametrize("batch_size", [10, 300])
+def test_model_predicts_measured_update_times_within_15_percent(batch_size):
+    cal = calibration()
+    run = next(r for r in cal["runs"] if r["batch_size"] == batch_size)
+    costs = plan.cost_inputs(cal)
+    predicted, measured = 0.0, 0.0
+    for u in run["updates"]:
+        start = u["time"] - u["seconds"]
+        rate = plan.probe_rate(cal["probe"], start, u["time"], cal["probe_processes"])  # a core's speed meanwhile
+        predicted += plan.update_seconds(u["episode_steps"], rate, run["nodes"], run["workers"], costs)["seconds"]
+        measured += u["seconds"]
+    ratio = predicted / measured
+    print(f"batch_size={batch_size} updates={len(run['updates'])} predicted_s={predicted:.1f} "
+          f"measured_s={measured:.1f} ratio={ratio:.3f}")  # fmt: skip
+    assert abs(ratio - 1) <= TOLERANCE, f"predicted {predicted:.1f}s against {measured:.1f}s measured"
+
+
+def test_probe_rate_counts_steps_within_the_window():
+    episodes = [{"time": 10.0, "steps": 1000, "wall_s": 10.0}, {"time": 20.0, "steps": 3000, "wall_s": 10.0}]
+    assert plan.probe_rate(episodes, 0.0, 20.0) == 200.0
+    assert plan.probe_rate(episodes, 5.0, 15.0) == (500 + 1500) / 10
+    assert plan.probe_rate(episodes, 12.0, 14.0) == 300.0
+    assert plan.probe_rate(episodes, 0.0, 20.0, processes=2) == 100.0  # per process
+
+
+# -- the command -------------------------------------------------------------------------
+
+
+def run_plan(*args):
+    env = dict(os.environ, PYTHONPATH=f"{JOB_DIR}{os.pathsep}{REPO / 'infra'}")
+    return subprocess.run([sys.executable, "-m", "pgpong.plan", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+
+
+def test_plan_prints_each_answer_with_its_inputs():
+    spec = importlib.util.spec_from_file_location("preflight", REPO / "infra" / "preflight.py")
+    preflight = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(preflight)  # the one table of prices
+    proc = run_plan("--nodes", "11", "--cpus", "18", "--batch-size", "300", "--samples", "50")
+    assert proc.returncode == 0, proc.stderr
+    lines = {ln.split("=", 1)[0]: fields(ln) for ln in proc.stdout.splitlines() if "=" in ln.split()[0]}
+    per_update = lines["seconds_per_update"]
+    assert per_update["actors"] == "198" and per_update["batch_size"] == "300"
+    inputs = plan.load_inputs()
+    assert float(per_update["core_env_steps_per_s"]) == pytest.approx(inputs["core"]["env_steps_per_s"], rel=1e-3)
+    assert per_update["episode_lengths_source"] == inputs["learning"]["run"]
+    seconds = float(per_update["seconds_per_update"])
+    assert float(lines["episodes_per_hour"]["episodes_per_hour"]) == pytest.approx(300 * 3600 / seconds, rel=1e-3)
+    usd = preflight.ON_DEMAND_USD_PER_HOUR[("c5.9xlarge", "us-west-2")]
+    dollars = lines["dollars_per_hour"]
+    assert float(dollars["dollars_per_hour"]) == pytest.approx(11 * usd)
+    assert dollars["instance_type"] == "c5.9xlarge" and dollars["region"] == "us-west-2"
+    win = lines["hours_to_win"]
+    assert win["episodes_to_win_source"] and win["episodes_to_win_kind"] and win["learned_at_batch_size"]
+    hours = float(win["hours_to_win"])
+    updates = -(-int(win["episodes_to_win"]) // 300)
+    assert int(win["updates_to_win"]) == updates
+    assert hours == pytest.approx(updates * seconds / 3600, rel=1e-3)
+    assert float(lines["dollars_to_win"]["dollars_to_win"]) == pytest.approx(hours * 11 * usd, rel=1e-3)
+    stages = [fields(ln) for ln in proc.stdout.splitlines() if ln.startswith("stage ")]
+    assert len(stages) == len(inputs["learning"]["stages"])
+    # the mean update to a win: each update at the stage of learning of its first episode
+    starts = [int(s["first_episode"]) for s in stages]
+    at = [max(i for i, first in enumerate(starts) if first <= e) for e in range(0, int(win["episodes_to_win"]), 300)]
+    mean = sum(float(stages[i]["seconds_per_update"]) for i in at) / len(at)
+    assert seconds == pytest.approx(mean, rel=1e-3)
+
+
+def test_more_actors_make_an_update_faster_until_the_batch_runs_out():
+    inputs = plan.load_inputs()
+    seconds = [plan.plan(inputs, nodes, 18, 300, samples=20)[0]["seconds_per_update"] for nodes in (1, 5, 11, 17)]
+    assert seconds[0] > seconds[1] > seconds[2]
+    # 17 x 18 = 306 actors: every episode starts at once, which 11 nodes cannot do
+    assert seconds[3] < seconds[2]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--nodes", "0"], "--nodes, --cpus, --batch-size and --samples must be whole numbers >= 1"),
+        (["--nodes", "abc"], "argument --nodes: invalid int value: 'abc'"),
+        (["--inputs", "/nonexistent/plan_inputs.json"], "no plan inputs at /nonexistent/plan_inputs.json"),
+        (["--cluster", "/nonexistent.yaml"], "cannot read the head's InstanceType and provider.region"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    proc = run_plan(*args)
+    assert proc.returncode == 2 and message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and proc.stdout == ""
+
+
+# -- the inputs, rebuilt from a run's metrics ---------------------------------------------
+
+
+def write_metrics(run_dir, rewards, batch=10, length=lambda i: 1000 + i):
+    run_dir.mkdir()
+    with open(run_dir / "metrics.jsonl", "w") as f:
+        for u, r in enumerate(rewards, 1):
+            steps = [length(u * batch + e) for e in range(batch)]
+            f.write(json.dumps({"update": u, "episodes": batch, "total_episodes": u * batch, "running_reward": r,
+                                "episode_steps": steps}) + "\n")  # fmt: skip
+
+
+def test_inputs_from_a_run_that_won(tmp_path):
+    rewards = [-20 + 0.5 * u for u in range(1, 61)]  # reaches 0 at update 40 = 400 episodes
+    write_metrics(tmp_path / "run", rewards)
+    learned = plan.learning_inputs(str(tmp_path / "run"), stage_episodes=200)
+    assert learned["episodes_to_win"] == 400 and learned["episodes_to_win_kind"] == "measured"
+    assert [s["first_episode"] for s in learned["stages"]] == [0, 200, 400]
+    assert learned["stages"][0]["len_quantiles"][0] == 1010 and learned["stages"][0]["len_quantiles"][-1] == 1209
+    assert learned["batch_size"] == 10
+
+
+def test_inputs_from_a_run_not_yet_won_extrapolate_and_say_so(tmp_path):
+    # 0.02 an episode for 250 episodes, then 0.01: the last half's line reaches 0 at 250 + 15 / 0.01
+    rewards = [-20 + 0.2 * u if u <= 25 else -15 + 0.1 * (u - 25) for u in range(1, 51)]
+    write_metrics(tmp_path / "run", rewards)
+    learned = plan.learning_inputs(str(tmp_path / "run"))
+    assert learned["episodes_to_win_kind"] == "extrapolated_linear_run_last_half"
+    assert learned["episodes_to_win"] == pytest.approx(1750, abs=1)
+    # a reference run that went further sets the slope and the later stages' lengths
+    reference = {"id": "ref", "source": "a longer run", "batch_size": 10, "learning_rate": 1e-3, "points": [
+        {"episodes": 1000, "running_reward": -10.0, "len_mean": 3000.0},
+        {"episodes": 1500, "running_reward": -8.0, "len_mean": 4000.0}]}  # fmt: skip
+    learned = plan.learning_inputs(str(tmp_path / "run"), reference)
+    assert learned["episodes_to_win_source"] == "ref"
+    assert learned["episodes_to_win"] == pytest.approx(1500 + 8 / (2 / 500), abs=1)
+    later = learned["stages"][-2:]
+    assert [s["first_episode"] for s in later] == [500, 1000]
+    assert [plan.quantile_mean(s["len_quantiles"]) for s in later] == pytest.approx([3000.0, 4000.0], rel=1e-3)
+    # a reference at another batch size says nothing about this run
+    other = plan.learning_inputs(str(tmp_path / "run"), reference | {"batch_size": 300})
+    assert other["episodes_to_win_kind"] == "extrapolated_linear_run_last_half" and len(other["stages"]) == 1
+
+
+# -- progress and ETA on the trainer's update lines -----------------------------------------
+
+
+def test_no_progress_fields_without_a_set_number_of_updates():
+    cfg = config.Config(updates=0, run_dir="unused")
+    assert train.Trainer(cfg, state=None).progress(0, 0.0) == {}
+
+
+@pytest.mark.slow
+def test_every_update_line_carries_progress_and_an_eta(tmp_path):
+    env = dict(os.environ, RAY_ADDRESS="local", **THREADS)
+    args = ["--batch-size", "2", "--updates", "3", "--workers", "1", "--run-dir", str(tmp_path / "run")]
+    proc = subprocess.run([sys.executable, "-m", "pgpong.train", *args], cwd=JOB_DIR, env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ups = [fields(ln) for ln in proc.stdout.splitlines() if ln.startswith("update=")]
+    assert [u["progress"] for u in ups] == ["1/3", "2/3", "3/3"]
+    etas = [float(u["eta_s"]) for u in ups]
+    assert etas[0] > 0 and etas[-1] == 0
+    # the ETA is the updates left times the mean update so far, which includes each update's seconds
+    assert etas[0] >= 2 * float(ups[0]["seconds"]) * 0.99
