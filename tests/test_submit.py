@@ -104,6 +104,24 @@ def submit_script(env, *args):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
 
 
+def test_submission_ids_made_in_the_same_second_differ():
+    import importlib.util
+    import time
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("submit", REPO / "job" / "submit.py")
+    submit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(submit)
+    while True:  # retry in the rare case the clock ticked over a second boundary in between
+        second = time.strftime("%Y%m%d-%H%M%S")
+        ids = [submit.submission_id("pong") for _ in range(20)]
+        if time.strftime("%Y%m%d-%H%M%S") == second:
+            break
+    assert all(i.startswith(f"pong-{second}-") for i in ids), ids
+    assert len(set(ids)) == len(ids), ids
+
+
 @pytest.mark.slow  # needs the two-node cluster (about 10 s to start, once per session)
 def test_two_submissions_in_the_same_second_get_different_ids(ray_cluster, tmp_path):
     """Both start together, so their clocks read the same second; both jobs must exist."""
