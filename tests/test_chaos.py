@@ -36,7 +36,8 @@ def cmdline(pid):
 
 def actors(cluster):
     """Pids of the rollout actors of this cluster (Ray titles them ray::Worker, busy or idle)."""
-    return sorted(p for p in cluster_processes(cluster.sessions, b"\0no-marker\0") if cmdline(p).startswith(b"ray::Worker"))
+    pids = cluster_processes(cluster.sessions, b"\0no-marker\0")
+    return sorted(p for p in pids if cmdline(p).startswith(b"ray::Worker"))
 
 
 def raylet(cluster, session):

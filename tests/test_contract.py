@@ -35,7 +35,8 @@ def test_plain_ray_job_submit_uploads_only_the_package_and_gets_the_settings(ray
     # a numba cache, a Python cache, a key. Were any uploaded, it would show in the unpacked dir.
     tag = uuid.uuid4().hex[:8]
     planted = [f"results/planted-{tag}.png", f"pgpong/__pycache__/planted-{tag}.nbi",
-               f"pgpong/__pycache__/planted-{tag}.cpython-311.pyc", f"planted-{tag}.pem", f"runs/planted-{tag}.npz"]  # fmt: skip
+               f"pgpong/__pycache__/planted-{tag}.cpython-311.pyc", f"planted-{tag}.pem",
+               f"runs/planted-{tag}.npz"]  # fmt: skip
     for name in planted:
         (JOB / name).parent.mkdir(exist_ok=True)
         (JOB / name).write_text("stays home\n")

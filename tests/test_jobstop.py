@@ -21,7 +21,8 @@ def line(text, prefix):
 @pytest.mark.slow  # two jobs on the two-node cluster
 def test_ray_job_stop_saves_the_last_update_and_a_resubmission_continues(ray_cluster, tmp_path):
     run_dir = tmp_path / "run"
-    args = ["--batch-size", "2", "--workers", "2", "--checkpoint-every", "1000", "--seed", "3", "--run-dir", str(run_dir)]
+    args = ["--batch-size", "2", "--workers", "2", "--checkpoint-every", "1000", "--seed", "3",
+            "--run-dir", str(run_dir)]  # fmt: skip
     first = f"stop-{uuid.uuid4().hex[:8]}"
     plain_submit(ray_cluster, first, "--updates", "0", *args)
     wait_for(ray_cluster, first, lambda text: "\nupdate=2 " in "\n" + text, what="update 2")
