@@ -1,21 +1,14 @@
 """What could leak: the files a submission uploads. (401 without the token: test_submit.py;
 no Ray port open to the world: test_cluster_yaml.py; the token absent from job logs: test_e2e.py.)"""
 
-import importlib.util
+import shutil
 import zipfile
 
 from conftest import REPO
 
 
-def load_submit():
-    spec = importlib.util.spec_from_file_location("submit", REPO / "job" / "submit.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_uploaded_working_dir_leaves_out_anything_that_could_hold_a_secret(tmp_path):
-    """Ray's own packaging, with the excludes `make submit` sends, on a job folder salted with secrets."""
+    """Ray's own packaging, which reads the job's .rayignore, on a job folder salted with secrets."""
     from ray._private.runtime_env.packaging import create_package
 
     job = tmp_path / "job"
@@ -26,8 +19,9 @@ def test_the_uploaded_working_dir_leaves_out_anything_that_could_hold_a_secret(t
     for name in secrets:
         (job / name).parent.mkdir(parents=True, exist_ok=True)
         (job / name).write_text("secret\n")
+    shutil.copy(REPO / "job" / "pong" / ".rayignore", job / ".rayignore")
     target = tmp_path / "package.zip"
-    create_package(str(job), target, include_gitignore=True, excludes=load_submit().EXCLUDES)
+    create_package(str(job), target, include_gitignore=True)
     with zipfile.ZipFile(target) as z:
         names = {n.rstrip("/") for n in z.namelist()}
     assert "pkg/train.py" in names

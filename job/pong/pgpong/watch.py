@@ -69,10 +69,10 @@ def read_metrics(run_dir):
     run dir cannot be reached (S3 credentials, a missing bucket).
     """
     store = checkpoint.store(run_dir)
-    if "metrics.jsonl" not in store.names() and SHIPPED_METRICS in store.names():  # an exported agent
+    if SHIPPED_METRICS in store.names() and not checkpoint.metrics_files(run_dir):  # an exported agent
         text = gzip.decompress(store.read(SHIPPED_METRICS)).decode(errors="replace")
     else:
-        text = store.read("metrics.jsonl").decode(errors="replace")
+        text = checkpoint.read_metrics_text(run_dir)  # metrics.jsonl, or an S3 run's segments joined
     records = []
     for line in text.splitlines():
         try:
