@@ -42,6 +42,7 @@ class RolloutPool:
         self.healthy = set(range(size))
         self.probes = {}  # describe() ref -> actor index, for actors we wait to hear from again
         self.episodes_by_node = collections.Counter()
+        self.sums_received = 0  # gradient sums the driver added, over all updates: one per node and update
 
     def peak_rss_mb(self):
         """The largest peak resident memory of the healthy actors, in MiB."""
@@ -158,6 +159,7 @@ class RolloutPool:
                     self._lost(m, e, todo, owned)
                 continue
             rollout.add_sparse(*total, grad)
+            self.sums_received += 1
             nbytes += rollout.grad_nbytes(grad)
             for m in members:
                 owned.pop(m, None)
