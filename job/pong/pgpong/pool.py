@@ -86,27 +86,33 @@ class RolloutPool:
     # -- one update --------------------------------------------------------------
 
     def run_update(self, params, seed, update, batch_size, check_stop):
-        """Play episodes 0..batch_size-1 with `params` and sum their gradients.
+        """Play episodes 0..batch_size-1 with `params` and sum their gradients, each exactly once.
 
-        Returns (results by episode, {"W1": (H, D), "W2": (H,)}, bytes received, rollout s, reduce s).
+        Returns (results by episode, {"W1": (H, D), "W2": (H,)}, bytes received, rollout s,
+        reduce s, the ledger's outcome as update-line fields).
         """
         weights = [ray.put(params)]  # in a list, so an actor fetches it only when the update changes
         todo = collections.deque(range(batch_size))
         owned = collections.defaultdict(list)  # actor -> episodes whose gradient is in its sum
         results = [None] * batch_size
+        ledger = Ledger(update, batch_size)
         hidden, pixels = params["W1"].shape
-        total = (np.zeros((pixels, hidden), np.float32), np.zeros(hidden, np.float32), np.zeros(pixels, np.bool_))
-        nbytes, rollout_s, reduce_s = 0, 0.0, 0.0
+        total = (np.zeros((pixels, hidden), np.int64), np.zeros(hidden, np.int64), np.zeros(pixels, np.bool_))
+        nbytes, rollout_s, reduce_s, played = 0, 0.0, 0.0, [0]
         while todo:
             t = time.perf_counter()
-            self._play(weights, seed, update, todo, owned, results, check_stop)
+            self._play(weights, seed, update, todo, owned, results, check_stop, played)
             rollout_s += time.perf_counter() - t
             t = time.perf_counter()
-            nbytes += self._reduce(todo, owned, total)
+            nbytes += self._reduce(todo, owned, total, ledger)
             reduce_s += time.perf_counter() - t
-        return results, {"W1": total[0].T, "W2": total[1]}, nbytes, rollout_s, reduce_s
+            # every sum is in or lost now: whatever the ledger lacks is played again
+            todo = collections.deque(ledger.missing())
+        ledger.check()
+        outcome = {"ledger": "complete", "replayed": played[0] - batch_size, "discarded": ledger.discarded}
+        return results, rollout.to_float(*total[:2]), nbytes, rollout_s, reduce_s, outcome
 
-    def _play(self, weights, seed, update, todo, owned, results, check_stop):
+    def _play(self, weights, seed, update, todo, owned, results, check_stop, played):
         running = {}  # play() ref -> (actor, episode)
 
         def feed():
@@ -116,6 +122,7 @@ class RolloutPool:
                     return
                 ep = todo.popleft()
                 running[self.actors[i].play.remote(weights, seed, update, ep)] = (i, ep)
+                played[0] += 1
 
         feed()
         waiting_said = False
@@ -141,8 +148,11 @@ class RolloutPool:
                 self.episodes_by_node[node] += 1
             feed()
 
-    def _reduce(self, todo, owned, total):
-        """Fold each node's sums into one on that node, then into `total` here. Returns bytes received."""
+    def _reduce(self, todo, owned, total, ledger):
+        """Fold each node's sums into one on that node, then into `total` here if the ledger agrees.
+
+        Returns bytes received.
+        """
         groups = collections.defaultdict(list)
         for i in sorted(self.healthy):
             groups[self.node[i]].append(i)
@@ -158,9 +168,59 @@ class RolloutPool:
                 for m in members:
                     self._lost(m, e, todo, owned)
                 continue
+            nbytes += rollout.grad_nbytes(grad)
+            expected = sorted(ep for m in members for ep in owned.pop(m, []))
+            held = sorted(grad["episodes"][:, 1].tolist())
+            if not ledger.accept(grad["episodes"]):
+                self.out(kv("ledger", actors=",".join(map(str, members)), expected=len(expected), held=len(held),
+                            action="discarded"))  # fmt: skip
+                continue
             rollout.add_sparse(*total, grad)
             self.sums_received += 1
-            nbytes += rollout.grad_nbytes(grad)
-            for m in members:
-                owned.pop(m, None)
+            if held != expected:  # e.g. an actor that died idle and came back with an empty sum
+                self.out(kv("ledger", actors=",".join(map(str, members)), expected=len(expected), held=len(held),
+                            action="replay"))  # fmt: skip
         return nbytes
+
+
+class LedgerError(AssertionError):
+    """An update's sum does not hold each of its episodes exactly once (a bug, never a fault)."""
+
+
+class Ledger:
+    """Which episodes of one update the driver's sum holds.
+
+    A sum from an actor carries the (update, episode) of every episode in it. The
+    driver adds a sum only if all its episodes belong to this update, are in range,
+    appear once and are not in the total yet; otherwise the sum is discarded and its
+    episodes are played again. Whatever is missing at the end of a round is replayed.
+    """
+
+    def __init__(self, update, batch_size):
+        self.update = update
+        self.count = np.zeros(batch_size, np.int64)
+        self.discarded = 0
+
+    def accept(self, episodes):
+        """True (and counted) if a sum holding these (update, episode) rows may be added."""
+        updates, eps = episodes[:, 0], episodes[:, 1]
+        n = len(self.count)
+        ok = (
+            bool((updates == self.update).all())
+            and bool(((eps >= 0) & (eps < n)).all())
+            and len(np.unique(eps)) == len(eps)
+            and not self.count[eps].any()
+        )
+        if ok:
+            self.count[eps] += 1
+        else:
+            self.discarded += 1
+        return ok
+
+    def missing(self):
+        return np.flatnonzero(self.count == 0).tolist()
+
+    def check(self):
+        """Raise unless every episode 0..batch-1 is in the sum exactly once."""
+        if not (self.count == 1).all():
+            raise LedgerError(f"update {self.update} holds episode counts {self.count.tolist()}; want each once")

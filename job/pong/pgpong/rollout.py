@@ -13,8 +13,10 @@ previously executed action is repeated instead of the chosen one.
 """
 
 import dataclasses
+import math
 import warnings
 
+import numba
 import numpy as np
 
 from . import policy
@@ -146,8 +148,25 @@ class EpisodeResult:
     nonzero: int  # non-zero input pixels over the whole episode
 
 
+# Fixed point for gradient sums. Each episode's gradient is computed on its own (in a
+# fixed order, so the same in any process), then rounded once to int64 units of
+# 2**-32 and added. Integer addition is exact and associative, so a sum does not depend
+# on which actor, node or replay contributed what. Sums wrap modulo 2**64 like any int64,
+# which is still associative: the total is right whenever it fits, |total| < 2**31.
+SCALE = 2.0**32
+EPISODE_LIMIT = 2.0**30  # largest |gradient| one episode may have before rounding
+
+
+class GradientOverflow(ArithmeticError):
+    """One episode's gradient is too large for the fixed-point sum."""
+
+
 class Learner:
-    """Plays episodes with fixed weights and sums their gradients until taken."""
+    """Plays episodes with fixed weights and sums their gradients until taken.
+
+    The sum carries its ledger: the (update, episode) of every episode in it, so the
+    driver can check that an update holds each of its episodes exactly once.
+    """
 
     def __init__(self, env_id, hidden=policy.H):
         self.stepper = AtariStepper(env_id)
@@ -155,9 +174,15 @@ class Learner:
         self.prev = np.zeros(policy.D, dtype=np.uint8)
         self.w1t = np.zeros((policy.D, hidden), dtype=np.float32)  # W1 transposed: a pixel's weights are a row
         self.w2 = np.zeros(hidden, dtype=np.float32)
-        self.gw1t = np.zeros_like(self.w1t)
-        self.gw2 = np.zeros_like(self.w2)
+        # one episode's gradient, in float32, zeroed again after it is folded into the sum
+        self.ep_w1t = np.zeros_like(self.w1t)
+        self.ep_w2 = np.zeros_like(self.w2)
+        self.ep_touched = np.zeros(policy.D, dtype=np.bool_)
+        # the running sum, in fixed point
+        self.gw1t = np.zeros(self.w1t.shape, dtype=np.int64)
+        self.gw2 = np.zeros(hidden, dtype=np.int64)
         self.touched = np.zeros(policy.D, dtype=np.bool_)
+        self.ledger = []  # (update, episode) of each episode in the sum
 
     def set_weights(self, params):
         """Copy the weights in (those from Ray's object store are read-only) and start a new gradient sum."""
@@ -187,17 +212,56 @@ class Learner:
         advantage = policy.standardize(policy.discount_rewards(tr.rewards[:t])).astype(np.float32)
         policy.accumulate_gradient(
             t, tr.idx, tr.sign, tr.starts, tr.hid, tr.probs, tr.ups, advantage,
-            self.w2, self.gw1t, self.gw2, self.touched,
+            self.w2, self.ep_w1t, self.ep_w2, self.ep_touched,
         )  # fmt: skip
+        if not fold_episode(self.ep_w1t, self.ep_w2, self.ep_touched, self.gw1t, self.gw2, self.touched,
+                            SCALE, EPISODE_LIMIT):  # fmt: skip
+            raise GradientOverflow(f"episode {episode} of update {update} has a gradient above {EPISODE_LIMIT:g}")
+        self.ledger.append((update, episode))
         return EpisodeResult(episode, total, t, int(tr.starts[t]))
 
+    def add(self, grad):
+        """Fold another sum (from take_gradient) into this one, ledger included."""
+        add_sparse(self.gw1t, self.gw2, self.touched, grad)
+        self.ledger.extend(map(tuple, grad["episodes"].tolist()))
+
     def take_gradient(self):
-        """The summed gradient as touched W1 columns, then reset the sum."""
+        """The summed gradient as touched W1 columns (int64 fixed point) and its ledger; reset the sum."""
         grad = sparse_grad(self.gw1t, self.gw2, self.touched)
-        self.gw1t[self.touched] = 0.0
-        self.gw2[:] = 0.0
+        grad["episodes"] = np.array(self.ledger, dtype=np.int64).reshape(-1, 2)
+        self.gw1t[self.touched] = 0
+        self.gw2[:] = 0
         self.touched[:] = False
+        self.ledger = []
         return grad
+
+
+@numba.njit(cache=True, nogil=True)
+def fold_episode(ep_w1t, ep_w2, ep_touched, gw1t, gw2, touched, scale, limit):
+    """Round one episode's float32 gradient to fixed point, add it to the sum, zero the episode's.
+
+    Returns False (and adds nothing more) if a value is beyond `limit`.
+    """
+    nh = ep_w2.shape[0]
+    for m in range(nh):
+        v = ep_w2[m]
+        if abs(v) >= limit:
+            return False
+        gw2[m] += np.int64(math.floor(v * scale + 0.5))
+        ep_w2[m] = 0.0
+    for j in range(ep_touched.shape[0]):
+        if not ep_touched[j]:
+            continue
+        ep_touched[j] = False
+        touched[j] = True
+        src, dst = ep_w1t[j], gw1t[j]
+        for m in range(nh):
+            v = src[m]
+            if abs(v) >= limit:
+                return False
+            dst[m] += np.int64(math.floor(v * scale + 0.5))
+            src[m] = 0.0
+    return True
 
 
 def sparse_grad(gw1t, gw2, touched):
@@ -206,10 +270,18 @@ def sparse_grad(gw1t, gw2, touched):
 
 
 def add_sparse(total_w1t, total_w2, touched, grad):
-    """Fold a sparse gradient into dense (D, H) and (H,) sums."""
+    """Fold a sparse fixed-point gradient into dense (D, H) and (H,) int64 sums."""
     total_w1t[grad["cols"]] += grad["W1T"]
     total_w2 += grad["W2"]
     touched[grad["cols"]] = True
+
+
+def to_float(total_w1t, total_w2):
+    """The fixed-point sums as float32 gradients {"W1": (H, D), "W2": (H,)}, the only rounding after the sum."""
+    return {
+        "W1": (total_w1t * (1.0 / SCALE)).astype(np.float32).T,
+        "W2": (total_w2 * (1.0 / SCALE)).astype(np.float32),
+    }
 
 
 def grad_nbytes(grad):

@@ -79,7 +79,7 @@ class Trainer:
         s = self.state
         update = s.update + 1
         t0 = time.perf_counter()
-        results, grads, nbytes, rollout_s, reduce_s = self.pool.run_update(
+        results, grads, nbytes, rollout_s, reduce_s, ledger = self.pool.run_update(
             s.params, self.cfg.seed, update, self.cfg.batch_size, check_stop
         )
         t1 = time.perf_counter()
@@ -108,6 +108,7 @@ class Trainer:
             "reduce_s": reduce_s,
             "update_s": t2 - t1,
             "driver_bytes": nbytes,
+            **ledger,  # ledger=complete: the sum held episodes 0..batch-1, each once
         }
 
     # -- watching it live: Ray's metrics and the log's trend line --------------

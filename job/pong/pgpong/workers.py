@@ -9,6 +9,7 @@ import os
 import ray
 
 from . import rollout
+
 from .logline import peak_rss_mb
 
 
@@ -60,7 +61,6 @@ class Worker:
 
     def combine(self, *grads):
         """Sum this actor's gradient with those of the other actors on its node; return one."""
-        lr = self.learner
         for g in grads:
-            rollout.add_sparse(lr.gw1t, lr.gw2, lr.touched, g)
-        return lr.take_gradient()
+            self.learner.add(g)
+        return self.learner.take_gradient()
