@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+JOB_DIR = REPO / "job" / "pong"  # the job's working dir: `python -m pgpong.train` runs here
 VENV_BIN = Path(sys.executable).parent
 RAY = str(VENV_BIN / "ray")
 START_TIMEOUT_S = 90
@@ -313,3 +314,54 @@ def moto_server():
         yield f"http://{host}:{port}"
     finally:
         server.stop()
+
+
+def train_locally(*args, timeout=600):
+    """`python -m pgpong.train ARGS` in the job dir on a fresh in-process Ray (never a running
+    cluster), unbuffered so a reader of its pipe sees each line when it is printed."""
+    env = dict(os.environ, RAY_ADDRESS="local", PYTHONUNBUFFERED="1", **THREADS)
+    return subprocess.run([sys.executable, "-m", "pgpong.train", *args], cwd=JOB_DIR, env=env, capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def uninterrupted(tmp_path_factory):
+    """uninterrupted(*trainer_args): the run dir of a fault-free run with those arguments, made once."""
+    made = {}
+
+    def get(*args):
+        if args not in made:
+            run_dir = tmp_path_factory.mktemp("uninterrupted")
+            proc = train_locally(*args, "--run-dir", str(run_dir))
+            assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+            made[args] = run_dir
+        return made[args]
+
+    return get
+
+
+# The fields of a metrics line that the seed alone decides. The others are timings, bytes
+# (they depend on the node layout) and what a fault cost (replayed, discarded).
+RESULT_FIELDS = ("update", "episodes", "env_steps", "reward_mean", "reward_min", "reward_max", "running_reward",
+                 "episode_len_mean", "total_episodes", "episode_rewards", "episode_steps", "ledger")  # fmt: skip
+
+
+def read_metrics(run_dir):
+    with open(Path(run_dir) / "metrics.jsonl") as f:
+        return [json.loads(line) for line in f]
+
+
+def assert_same_run(run_dir, reference_dir):
+    """The newest checkpoints of two run dirs agree bit for bit (weights, RMSProp cache, counters,
+    running reward), and so do their metrics, timings aside."""
+    from pgpong import checkpoint
+
+    got, want = (checkpoint.load(checkpoint.checkpoints(str(d))[0]) for d in (run_dir, reference_dir))
+    counters = ("update", "episodes", "env_steps", "running_reward")
+    assert [getattr(got, k) for k in counters] == [getattr(want, k) for k in counters]
+    for part in ("params", "cache"):
+        for key in ("W1", "W2"):
+            x, y = getattr(got, part)[key], getattr(want, part)[key]
+            assert x.dtype == y.dtype and x.tobytes() == y.tobytes(), f"{part}/{key} differ by up to {abs(x - y).max()}"
+    picked = [[{k: m.get(k) for k in RESULT_FIELDS} for m in read_metrics(d)] for d in (run_dir, reference_dir)]
+    assert picked[0] == picked[1]
