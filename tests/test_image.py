@@ -8,9 +8,11 @@ The first build on a machine takes a minute or a few (a Debian base is made with
 debootstrap where Docker Hub cannot be reached); later ones hit the caches in seconds.
 """
 
+import os
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 from conftest import REPO, THREADS, missing, read_env_file
@@ -101,3 +103,21 @@ def image_id():
     out = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", IMAGE], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
+
+
+def test_a_missing_component_skips_here_and_fails_under_ci(tmp_path):
+    """conftest.missing(): what the docker test calls when no engine answers."""
+    (tmp_path / "test_needs_it.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(REPO / 'tests')!r})\nfrom conftest import missing\n\n\n"
+        "def test_needs_it():\n    missing('no such engine here')\n"
+    )
+    outcomes = {}
+    for ci in ("", "true"):
+        env = {k: v for k, v in os.environ.items() if k != "CI"} | ({"CI": ci} if ci else {})
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "test_needs_it.py"],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+        outcomes[ci] = proc
+    assert outcomes[""].returncode == 0 and "1 skipped" in outcomes[""].stdout, outcomes[""].stdout
+    assert "SKIPPED" in outcomes[""].stdout and "no such engine here" in outcomes[""].stdout
+    assert outcomes["true"].returncode == 1 and "1 failed" in outcomes["true"].stdout, outcomes["true"].stdout
+    assert "no such engine here (CI=true" in outcomes["true"].stdout
