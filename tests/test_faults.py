@@ -311,12 +311,15 @@ def test_a_killed_driver_resumes_from_its_last_checkpoint_counting_nothing_twice
 
 
 class Training:
-    """`python -m pgpong.train` on an in-process Ray, read line by line (unbuffered) as it runs."""
+    """`python -m pgpong.train` on an in-process Ray, its stdout read line by line (unbuffered) as
+    it runs; stderr goes to a file, so a full pipe can never stall it."""
 
-    def __init__(self, *args, env=None):
+    def __init__(self, *args, stderr_path, env=None):
         env = dict(env or os.environ, RAY_ADDRESS="local", PYTHONUNBUFFERED="1", **THREADS)
-        self.proc = subprocess.Popen([sys.executable, "-m", "pgpong.train", *args], cwd=JOB_DIR, env=env, text=True,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)  # fmt: skip
+        self.stderr_path = stderr_path
+        with open(stderr_path, "w") as err:
+            self.proc = subprocess.Popen([sys.executable, "-m", "pgpong.train", *args], cwd=JOB_DIR, env=env,
+                                         text=True, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)  # fmt: skip
         self.out = []
 
     def wait_for(self, prefix):
@@ -324,12 +327,14 @@ class Training:
             self.out.append(line)
             if line.startswith(prefix):
                 return line
-        raise AssertionError(f"the trainer ended before a line starting {prefix!r}:\n" + "".join(self.out[-20:]))
+        self.proc.wait()
+        raise AssertionError(f"the trainer ended (exit {self.proc.returncode}) before a line starting {prefix!r}:\n"
+                             + "".join(self.out[-20:]) + open(self.stderr_path).read()[-3000:])  # fmt: skip
 
     def finish(self, timeout_s=300):
         """(exit code, the rest of stdout, all of stderr)."""
-        rest, err = self.proc.communicate(timeout=timeout_s)
-        return self.proc.returncode, "".join(self.out) + rest, err
+        rest, _ = self.proc.communicate(timeout=timeout_s)
+        return self.proc.returncode, "".join(self.out) + rest, open(self.stderr_path).read()
 
     def kill(self):
         if self.proc.poll() is None:
@@ -356,7 +361,7 @@ def test_a_full_disk_mid_run_ends_in_one_line_and_keeps_the_last_good_checkpoint
 
     run_dir = tmp_path / "run"
     training = Training("--batch-size", "2", "--workers", "1", "--updates", "0", "--checkpoint-every", "1",
-                        "--run-dir", str(run_dir))  # fmt: skip
+                        "--run-dir", str(run_dir), stderr_path=tmp_path / "stderr")  # fmt: skip
     try:
         training.wait_for("update=2 ")
         resource.prlimit(training.proc.pid, resource.RLIMIT_FSIZE, (1_000_000, 1_000_000))
@@ -420,7 +425,8 @@ def test_s3_credentials_revoked_mid_run_end_it_in_one_line_keeping_the_last_good
             {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
 
         training = Training("--batch-size", "2", "--workers", "1", "--updates", "0", "--checkpoint-every", "1",
-                            "--run-dir", "s3://runs/run", env=dict(os.environ, **aws_env(endpoint, trainer_key)))  # fmt: skip
+                            "--run-dir", "s3://runs/run", stderr_path=tmp_path / "stderr",
+                            env=dict(os.environ, **aws_env(endpoint, trainer_key)))  # fmt: skip
         training.wait_for("update=2 ")
         iam.delete_access_key(UserName="trainer", AccessKeyId=trainer_key["AccessKeyId"])  # the credentials die
         code, out, err = training.finish()
