@@ -34,10 +34,6 @@ CHECKPOINT ?=
 # `make play`: how many games to play; the first is written as a GIF.
 GAMES ?= 3
 
-# Turns the words of `ray job status` into the status name: SUCCEEDED, FAILED, RUNNING...
-STATUS_WORD := -e "s/.*Job '[^']*' succeeded.*/SUCCEEDED/p" -e "s/.*Job '[^']*' failed.*/FAILED/p" \
-  -e "s/.*Job '[^']*' was stopped.*/STOPPED/p" -e "s/.*Status for job '[^']*': \([A-Z]*\).*/\1/p"
-
 BIN := $(abspath $(VENV))/bin
 # Touched after a successful install; reinstalls when a requirements file changes.
 INSTALLED := $(VENV)/.installed
@@ -93,13 +89,10 @@ $(INSTALLED): requirements.txt requirements-dev.txt
 .PHONY: demo
 demo: $(INSTALLED) ## Start the local cluster, submit a small pong run, follow it to the end
 	@$(MAKE) local-up
-	@$(MAKE) submit JOB=pong ARGS="$(DEMO_ARGS)" RAY_ADDRESS=$(LOCAL_ADDRESS)
-	@id="$$(cat $(LAST_JOB_FILE))"; log="$$(mktemp)"; trap 'rm -f "$$log"' EXIT; \
-	ray job logs --address $(LOCAL_ADDRESS) --follow "$$id" | tee "$$log" || true; \
-	status="$$(ray job status --address $(LOCAL_ADDRESS) "$$id" 2>&1 | sed -n $(STATUS_WORD) | head -1)"; \
-	echo "demo: job=$$id status=$$status"; \
+	@log="$$(mktemp)"; trap 'rm -f "$$log"' EXIT; rc=0; \
+	RAY_ADDRESS=$(LOCAL_ADDRESS) LAST_JOB_FILE=$(LAST_JOB_FILE) python job/submit.py --wait pong -- $(DEMO_ARGS) | tee "$$log" || rc=$$?; \
 	echo "demo: the local Ray cluster is still running (dashboard $(LOCAL_ADDRESS)); stop it with: make local-down"; \
-	if [[ "$$status" != SUCCEEDED ]]; then echo "demo: the job did not succeed; its logs are above" >&2; exit 1; fi; \
+	if [[ $$rc != 0 ]]; then echo "demo: the job did not succeed; its logs are above" >&2; exit 1; fi; \
 	if ! grep -q '^done ' "$$log"; then echo "demo: the job succeeded but printed no 'done' line" >&2; exit 1; fi
 
 .PHONY: test

@@ -1,46 +1,47 @@
-"""Submit one job folder under job/ to a running Ray cluster, without waiting for it.
+"""Submit one job folder under job/ to a running Ray cluster, and optionally wait for it.
 
     make submit JOB=pong ARGS="--batch-size 4 --updates 2"
-    .venv/bin/python job/submit.py pong -- --batch-size 4 --updates 2   # the same, by hand
+    .venv/bin/python job/submit.py pong -- --batch-size 4 --updates 2          # the same, by hand
+    .venv/bin/python job/submit.py --wait pong -- --batch-size 4 --updates 2   # follow it to the end
 
-A job is a folder job/<name>/ holding one Python package with a `train` module; the
-folder is what Ray ships to the cluster (the job's working dir) and the entrypoint is
-`python -m <package>.train ARGS`. The cluster is the one whose dashboard answers at
-RAY_ADDRESS (default http://127.0.0.1:8265: the local head of `make local-up`, or a
-cloud head forwarded there by `make dashboard`).
+The plain Ray CLI does the same submission (this script adds only the checks below):
+
+    ray job submit --working-dir job/pong --runtime-env job/pong/runtime_env.yaml \
+        -- python -m pgpong.train --batch-size 4 --updates 2
+
+A job is a folder job/<name>/ holding one Python package with a `train` module, a
+`runtime_env.yaml` (its env vars) and a `.rayignore` (what is never uploaded). The folder
+is the job's working dir and the entrypoint is `python -m <package>.train ARGS`. The
+cluster is the one whose dashboard answers at RAY_ADDRESS (default http://127.0.0.1:8265:
+the local head of `make local-up`, or a cloud head forwarded there by `make dashboard`).
 
 Before anything is sent this checks, and explains in one line when it fails: the job
 exists, the cluster answers, a token is at hand when the cluster wants one, the token
 is accepted, and the cluster runs the same Ray version as this client.
 On success it records the submission id in LAST_JOB_FILE (default .last-job, read by
-`make logs`, `make status` and `make stop-job`) and prints the follow-up commands.
+`make logs`, `make status` and `make stop-job`). With --wait it prints the job's logs as
+they come and exits 0 only if the job SUCCEEDED.
 """
 
 import argparse
-import http.client
+import asyncio
 import importlib.metadata
-import json
+import logging
 import os
+import secrets
 import shlex
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 JOBS_DIR = REPO / "job"
-THREADS_ENV = REPO / "infra" / "threads.env"
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 DEFAULT_TOKEN_PATH = Path.home() / ".ray" / "auth_token"
-# Never uploaded, in .gitignore syntax relative to the job folder: files made by running
-# a job, and anything that could hold a secret (the cluster must get none from here).
-EXCLUDES = [
-    "__pycache__/", "*.pyc", "*.nbi", "*.nbc", ".pytest_cache/", "runs/", "results/",
-    ".env", ".env.*", "*.pem", "*.key", "*.p12", ".aws/", ".ssh/", ".netrc", "*credentials*", "*auth_token*",
-]  # fmt: skip
-HTTP_TIMEOUT_S = 10
+START_HINT = (
+    "start one with `make local-up` (this machine) or `make up` then `make dashboard` "
+    "(cloud), or set RAY_ADDRESS to its dashboard address"
+)
 
 
 class UserError(Exception):
@@ -61,18 +62,23 @@ def job_packages():
     return jobs
 
 
-def read_env_file(path):
-    """KEY=VALUE lines of a file like infra/threads.env; '#' starts a comment line."""
-    env = {}
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        key, sep, value = line.partition("=")
-        if not sep or not key.strip():
-            raise UserError(f"{path}:{number} is not a KEY=VALUE line: {line!r}")
-        env[key.strip()] = value.strip()
-    return env
+def runtime_env(job):
+    """The job's runtime_env.yaml plus its folder as working dir (Ray applies its .rayignore)."""
+    import yaml
+
+    path = JOBS_DIR / job / "runtime_env.yaml"
+    try:
+        env = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise UserError(f"cannot read {path}: {e}") from None
+    if not isinstance(env, dict):
+        raise UserError(f"{path} must be a mapping such as `env_vars: {{...}}`")
+    return {**env, "working_dir": str(JOBS_DIR / job)}
+
+
+def submission_id(job):
+    """`pong-20250101-120000-3fa9c1`: sortable by time, unique even within one second."""
+    return f"{job}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
 
 
 def dashboard_address():
@@ -83,7 +89,7 @@ def dashboard_address():
 
 
 def local_token():
-    """The token the Ray CLI will send, found where Ray itself looks, or None."""
+    """The token to send, found where Ray itself looks, or None."""
     if os.environ.get("RAY_AUTH_TOKEN", "").strip():
         return os.environ["RAY_AUTH_TOKEN"].strip()
     path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or DEFAULT_TOKEN_PATH)
@@ -92,90 +98,67 @@ def local_token():
     return None
 
 
-def http_get_json(url, token=None):
-    """GET url and decode its JSON; returns (status, body or None)."""
-    request = urllib.request.Request(url)
-    if token:
-        request.add_header("Authorization", "Bearer " + token)
-    try:
-        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response:
-            return response.status, json.loads(response.read() or b"null")
-    except urllib.error.HTTPError as error:
-        return error.code, None
+def connect(address):
+    """A JobSubmissionClient for the cluster, or one line saying why there is none."""
+    from ray.exceptions import AuthenticationError
+    from ray.job_submission import JobSubmissionClient
 
-
-def check_cluster(address):
-    """Fail with one line unless the cluster answers, accepts our token and matches our Ray."""
-    start_hint = (
-        "start one with `make local-up` (this machine) or `make up` then `make dashboard` "
-        "(cloud), or set RAY_ADDRESS to its dashboard address"
-    )
-    try:
-        status, mode = http_get_json(address + "/api/authentication_mode")
-    except (OSError, http.client.HTTPException, ValueError):  # URLError is an OSError
-        raise UserError(f"no Ray cluster answers at {address}; {start_hint}") from None
-    if status != 200 or not isinstance(mode, dict):
-        raise UserError(f"{address} answered HTTP {status} but is not a Ray dashboard; {start_hint}")
-
+    # Ray warns through logging when it finds no token; our own line below says it better.
+    logging.getLogger("ray").setLevel(logging.ERROR)
     token = local_token()
-    if mode.get("authentication_mode") == "token" and token is None:
-        where = os.environ.get("RAY_AUTH_TOKEN_PATH") or str(DEFAULT_TOKEN_PATH)
-        raise UserError(
-            f"the cluster at {address} requires a token but there is none at {where}; "
-            "copy the cluster's token there (README, Token authentication)"
-        )
+    headers = {"Authorization": "Bearer " + token} if token else None
     try:
-        status, version = http_get_json(address + "/api/version", token)
-    except (OSError, http.client.HTTPException, ValueError):  # URLError is an OSError
-        raise UserError(f"no Ray cluster answers at {address}; {start_hint}") from None
-    if status in (401, 403):
+        client = JobSubmissionClient(address, headers=headers)
+    except ConnectionError:
+        raise UserError(f"no Ray cluster answers at {address}; {START_HINT}") from None
+    except AuthenticationError:
+        if token is None:
+            where = os.environ.get("RAY_AUTH_TOKEN_PATH") or str(DEFAULT_TOKEN_PATH)
+            raise UserError(
+                f"the cluster at {address} requires a token but there is none at {where}; "
+                "copy the cluster's token there (README, Token authentication)"
+            ) from None
         raise UserError(
-            f"the cluster at {address} rejected the token (HTTP {status}); "
+            f"the cluster at {address} rejected the token; "
             "your local token differs from the cluster's (README, Token authentication)"
-        )
-    if status != 200 or not isinstance(version, dict):
-        raise UserError(f"{address} answered HTTP {status} to /api/version; is it a Ray dashboard?")
-
+        ) from None
+    except (RuntimeError, ValueError, OSError) as e:  # an HTTP server, but not a Ray dashboard
+        raise UserError(f"{address} is not a Ray dashboard ({str(e).splitlines()[0]}); {START_HINT}") from None
     ours = importlib.metadata.version("ray")
-    theirs = version.get("ray_version")
+    theirs = client._server_ray_version  # read by the client's own version check just now
     if theirs != ours:
         raise UserError(
             f"the cluster runs Ray {theirs} but this client has Ray {ours}; "
             "both must be the version pinned in requirements.txt"
         )
+    return client
 
 
-def submit(job, package, trainer_args, address):
-    runtime_env = {
-        "env_vars": {**read_env_file(THREADS_ENV), "PYTHONUNBUFFERED": "1"},
-        "excludes": EXCLUDES,
-    }
-    entrypoint = ["python", "-m", f"{package}.train", *trainer_args]
-    submission_id = f"{job}-{time.strftime('%Y%m%d-%H%M%S')}"
-    ray = Path(sys.executable).parent / "ray"
-    command = [
-        str(ray), "job", "submit",
-        "--address", address,
-        "--submission-id", submission_id,
-        "--no-wait",
-        "--working-dir", str(JOBS_DIR / job),
-        "--runtime-env-json", json.dumps(runtime_env),
-        "--", *entrypoint,
-    ]  # fmt: skip
-    # The Ray CLI sends the token only when it is told the cluster uses one.
-    env = {**os.environ, "RAY_AUTH_MODE": "token"} if local_token() else dict(os.environ)
-    result = subprocess.run(command, env=env, capture_output=True, text=True)
-    if result.returncode != 0:
-        tail = (result.stderr or result.stdout).strip().splitlines()[-15:]
-        sys.stderr.write("\n".join(tail) + "\n")
-        raise UserError(f"`ray job submit` failed with exit code {result.returncode} (its output is above)")
-    return submission_id, shlex.join(entrypoint)
+def follow(client, job_id, out=sys.stdout):
+    """Print the job's logs until it ends; return its final status name."""
+
+    async def tail():
+        async for chunk in client.tail_job_logs(job_id):
+            out.write(chunk)
+            out.flush()
+
+    try:
+        asyncio.run(tail())
+    except RuntimeError:  # the log stream broke (head busy, network): the status still tells
+        pass
+    while True:
+        status = client.get_job_status(job_id)
+        if status.is_terminal():
+            return str(status.value)
+        time.sleep(1)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="submit", description="Submit job/JOB to the Ray cluster at RAY_ADDRESS."
     )
+    parser.add_argument("--wait", action="store_true",
+                        help="follow the job's logs and exit 0 only if it succeeds")  # fmt: skip
     parser.add_argument("job", metavar="JOB", help="a folder under job/, e.g. pong")
     parser.add_argument("trainer_args", nargs=argparse.REMAINDER, metavar="-- ARGS",
                         help="passed on to the job's entrypoint")  # fmt: skip
@@ -189,18 +172,28 @@ def main(argv=None):
             names = ", ".join(jobs) or "none"
             raise UserError(f"unknown job '{args.job}'; the jobs under job/ are: {names}")
         address = dashboard_address()
-        check_cluster(address)
-        submission_id, entrypoint = submit(args.job, jobs[args.job], trainer_args, address)
+        env = runtime_env(args.job)
+        client = connect(address)
+        entrypoint = shlex.join(["python", "-m", f"{jobs[args.job]}.train", *trainer_args])
+        try:
+            job_id = client.submit_job(entrypoint=entrypoint, submission_id=submission_id(args.job),
+                                       runtime_env=env)  # fmt: skip
+        except RuntimeError as e:
+            raise UserError(f"the cluster refused the job: {str(e).splitlines()[0]}") from None
     except UserError as error:
         print(f"submit: {error}", file=sys.stderr)
         return 1
 
-    last_job_file.write_text(submission_id + "\n")
-    print(f"submitted job={args.job} id={submission_id} address={address} entrypoint={entrypoint!r}")
-    print("follow the logs:  ray job logs " + submission_id + " --follow   (or: make logs)")
-    print("job status:       ray job status " + submission_id + "   (or: make status)")
-    print("stop the job:     ray job stop " + submission_id + "   (or: make stop-job)")
-    return 0
+    last_job_file.write_text(job_id + "\n")
+    print(f"submitted job={args.job} id={job_id} address={address} entrypoint={entrypoint!r}", flush=True)
+    if not args.wait:
+        print("follow the logs:  ray job logs " + job_id + " --follow   (or: make logs)")
+        print("job status:       ray job status " + job_id + "   (or: make status)")
+        print("stop the job:     ray job stop " + job_id + "   (or: make stop-job)")
+        return 0
+    status = follow(client, job_id)
+    print(f"submit: job={job_id} status={status}", flush=True)
+    return 0 if status == "SUCCEEDED" else 1
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 from conftest import moto_server
-from pgpong import checkpoint
+from pgpong import checkpoint, watch
 from pgpong.store import StoreError
 from pong_helpers import JOB_DIR
 from test_checkpoint import make_state
@@ -67,8 +67,48 @@ def test_metrics_append_and_trim_on_s3(s3):
     checkpoint.trim_metrics(run, 2)
     checkpoint.store.cache_clear()  # a new process reads what is really there
     checkpoint.append_metrics(run, {"update": 3})
-    body = s3.get_object(Bucket="runs", Key="m/metrics.jsonl")["Body"].read().decode()
-    assert [json.loads(line)["update"] for line in body.splitlines()] == [1, 2, 3]
+    assert [r["update"] for r in watch.read_metrics(run)] == [1, 2, 3]
+
+
+def test_s3_metrics_cost_the_same_per_update_however_long_the_run(s3):
+    """Each update PUTs its own segment only, and readers, trim and resume join the segments.
+
+    Records as large as batch 300's (the episodes' rewards and steps); 5 segments' worth.
+    """
+    run, per, updates = "s3://runs/long", checkpoint.SEGMENT_UPDATES, 5 * checkpoint.SEGMENT_UPDATES
+    checkpoint.prepare_run_dir(run)
+    puts = []  # (key, bytes) of every PutObject this client sends, seen through boto3's own event hook
+    checkpoint.store(run).s3.meta.events.register(
+        "provide-client-params.s3.PutObject", lambda params, **_: puts.append((params["Key"], len(params["Body"]))))
+
+    def record(u):
+        return {"update": u, "episode_rewards": [-21.0] * 300, "episode_steps": [1000 + u] * 300}
+
+    line_bytes = len(json.dumps(record(updates)) + "\n")  # the longest line
+    for u in range(1, updates + 1):
+        checkpoint.append_metrics(run, record(u))
+    sizes = [n for key, n in puts if "metrics" in key]
+    assert len(sizes) == updates  # one PUT per update
+    assert max(sizes) <= per * line_bytes  # never more than one segment, however many updates came before
+    assert max(sizes[-per:]) <= max(sizes[:per]) + per * 2  # the last segment's writes cost what the first one's did
+    assert keys(s3, "long/metrics") == [f"long/metrics-{1 + i * per:06d}.jsonl" for i in range(5)]
+    assert [r["update"] for r in watch.read_metrics(run)] == list(range(1, updates + 1))
+
+    # resume from a checkpoint in the third segment: later lines go, later segments too
+    last = 2 * per + 7
+    checkpoint.store.cache_clear()
+    checkpoint.trim_metrics(run, last)
+    assert keys(s3, "long/metrics") == [f"long/metrics-{1 + i * per:06d}.jsonl" for i in range(3)]
+    checkpoint.append_metrics(run, record(last + 1))
+    assert [r["update"] for r in watch.read_metrics(run)] == list(range(1, last + 2))
+
+
+def test_an_s3_run_from_before_segments_reads_on(s3):
+    s3.put_object(Bucket="runs", Key="old/metrics.jsonl", Body=b'{"update": 1}\n{"update": 2}\n')
+    checkpoint.append_metrics("s3://runs/old", {"update": 3})
+    assert [r["update"] for r in watch.read_metrics("s3://runs/old")] == [1, 2, 3]
+    checkpoint.trim_metrics("s3://runs/old", 1)
+    assert [r["update"] for r in watch.read_metrics("s3://runs/old")] == [1]
 
 
 def test_a_missing_bucket_is_one_clear_line(s3):
@@ -104,9 +144,8 @@ def test_the_trainer_checkpoints_to_s3_and_resumes_from_it(s3):
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resumed_at_update=2" in again.stdout
     assert keys(s3, "exp/b/") == ["exp/b/ckpt-000001.npz", "exp/b/ckpt-000002.npz", "exp/b/ckpt-000003.npz",
-                                  "exp/b/metrics.jsonl"]  # fmt: skip
-    body = s3.get_object(Bucket="runs", Key="exp/b/metrics.jsonl")["Body"].read().decode()
-    assert [json.loads(line)["update"] for line in body.splitlines()] == [1, 2, 3]
+                                  "exp/b/metrics-000001.jsonl"]  # fmt: skip
+    assert [r["update"] for r in watch.read_metrics("s3://runs/exp/b")] == [1, 2, 3]
 
 
 def test_a_bucket_that_denies_access_is_one_clear_line(tmp_path, monkeypatch):

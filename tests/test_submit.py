@@ -3,6 +3,7 @@ refuses anyone without its token. Each mistake must give one plain line, no trac
 and must not create a job."""
 
 import json
+import sys
 import urllib.error
 import urllib.request
 
@@ -92,3 +93,58 @@ def test_submission_without_token_gets_401_and_creates_no_job(ray_cluster):
     after = ray_cluster.job_ids()
     assert after == before
     assert not {"no-token-http", "no-token-cli"} & after
+
+
+def submit_script(env, *args):
+    import subprocess
+
+    from conftest import REPO
+
+    return subprocess.Popen([sys.executable, str(REPO / "job" / "submit.py"), *args], env=env, cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def test_submission_ids_made_in_the_same_second_differ():
+    import importlib.util
+    import time
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("submit", REPO / "job" / "submit.py")
+    submit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(submit)
+    while True:  # retry in the rare case the clock ticked over a second boundary in between
+        second = time.strftime("%Y%m%d-%H%M%S")
+        ids = [submit.submission_id("pong") for _ in range(20)]
+        if time.strftime("%Y%m%d-%H%M%S") == second:
+            break
+    assert all(i.startswith(f"pong-{second}-") for i in ids), ids
+    assert len(set(ids)) == len(ids), ids
+
+
+@pytest.mark.slow  # needs the two-node cluster (about 10 s to start, once per session)
+def test_two_submissions_in_the_same_second_get_different_ids(ray_cluster, tmp_path):
+    """Both start together, so their clocks read the same second; both jobs must exist."""
+    before = ray_cluster.job_ids()
+    procs = [submit_script(ray_cluster.client_env(LAST_JOB_FILE=str(tmp_path / f"last-{i}")), "pong", "--", "--help")
+             for i in range(2)]  # fmt: skip
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    ids = [(tmp_path / f"last-{i}").read_text().strip() for i in range(2)]
+    assert ids[0] != ids[1], ids
+    assert set(ids) <= ray_cluster.job_ids() - before
+
+
+@pytest.mark.slow  # needs the two-node cluster (about 10 s to start, once per session)
+def test_wait_follows_the_logs_and_exits_by_the_final_status(ray_cluster, tmp_path):
+    env = ray_cluster.client_env(LAST_JOB_FILE=str(tmp_path / "last-job"))
+    ok = run([sys.executable, "job/submit.py", "--wait", "pong", "--", "--help"], env, timeout=300)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "usage: python -m pgpong.train" in ok.stdout  # the job's own output, followed
+    assert ok.stdout.strip().splitlines()[-1].endswith("status=SUCCEEDED"), ok.stdout
+
+    bad = run([sys.executable, "job/submit.py", "--wait", "pong", "--", "--batch-size", "0"], env, timeout=300)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "--batch-size: must be a whole number >= 1" in bad.stdout
+    assert bad.stdout.strip().splitlines()[-1].endswith("status=FAILED"), bad.stdout
+    assert_no_traceback(bad)

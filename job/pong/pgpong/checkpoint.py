@@ -132,20 +132,62 @@ def load_latest(run_dir, config, warn=print):
     return state
 
 
+# Metrics are one JSON line per update. A local run dir appends them to metrics.jsonl. S3
+# has no append, so an S3 run dir writes them in segments of SEGMENT_UPDATES updates,
+# metrics-NNNNNN.jsonl named by their first update: each update PUTs only its own segment,
+# so the cost of a write does not grow with the run. Readers join metrics.jsonl (a local
+# run, or an S3 run from before segments) and then the segments, in update order.
+METRICS = "metrics.jsonl"
+SEGMENT_UPDATES = 50
+_SEGMENT = re.compile(r"^metrics-(\d{6,})\.jsonl$")
+
+
+def metrics_segment(update):
+    """The S3 segment that holds an update's line: metrics-000051.jsonl for updates 51..100."""
+    first = (update - 1) // SEGMENT_UPDATES * SEGMENT_UPDATES + 1
+    return f"metrics-{first:06d}.jsonl"
+
+
 def append_metrics(run_dir, record):
-    store(run_dir).append("metrics.jsonl", json.dumps(record) + "\n")
+    st = store(run_dir)
+    name = METRICS if st.appends else metrics_segment(record["update"])
+    st.append(name, json.dumps(record) + "\n")
+
+
+def metrics_files(run_dir):
+    """The names that hold the run's metrics, oldest first."""
+    names = store(run_dir).names()
+    segments = sorted((int(m.group(1)), n) for n in names if (m := _SEGMENT.match(n)))
+    return ([METRICS] if METRICS in names else []) + [n for _, n in segments]
+
+
+def read_metrics_text(run_dir):
+    """All metric lines of the run, joined; FileNotFoundError if it has none yet."""
+    st, parts = store(run_dir), []
+    files = metrics_files(run_dir)
+    if not files:
+        raise FileNotFoundError(f"{run_dir} has no {METRICS}")
+    for name in files:
+        text = st.read(name).decode(errors="replace")
+        parts.append(text if text.endswith("\n") or not text else text + "\n")  # a cut line stays alone
+    return "".join(parts)
 
 
 def trim_metrics(run_dir, last_update):
     """Drop metric lines of updates after the checkpoint we resume from (they will be run again)."""
     st = store(run_dir)
-    if "metrics.jsonl" not in st.names():
-        return
-    kept = []
-    for line in st.read("metrics.jsonl").decode().splitlines(keepends=True):
-        try:
-            if json.loads(line)["update"] <= last_update:
-                kept.append(line)
-        except (ValueError, KeyError, TypeError):
-            pass  # a line cut short when the driver died
-    st.write("metrics.jsonl", "".join(kept).encode())
+    for name in metrics_files(run_dir):
+        lines = st.read(name).decode().splitlines(keepends=True)
+        kept = []
+        for line in lines:
+            try:
+                if json.loads(line)["update"] <= last_update:
+                    kept.append(line)
+            except (ValueError, KeyError, TypeError):
+                pass  # a line cut short when the driver died
+        if kept == lines:
+            continue
+        if kept or name == METRICS:
+            st.write(name, "".join(kept).encode())
+        else:
+            st.delete(name)

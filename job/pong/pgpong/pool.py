@@ -21,7 +21,7 @@ from .logline import kv
 from .workers import Worker
 
 START_TIMEOUT_S = 300
-WAIT_S = 1.0  # ray.wait timeout: how often the driver gets back to Python (signals, messages)
+WAIT_S = 0.25  # ray.wait timeout: how soon the driver sees a signal (ray job stop) or a message
 
 
 class PoolError(Exception):

@@ -35,6 +35,8 @@ def split(url):
 
 
 class LocalStore:
+    appends = True  # append() adds to the end of the file in place
+
     def __init__(self, root):
         self.root = root
 
@@ -92,7 +94,12 @@ class LocalStore:
 
 
 class S3Store:
-    """An S3 prefix. S3 has no append: appended files are kept here and PUT whole."""
+    """An S3 prefix. S3 has no append: the file appended to last is kept here and PUT whole.
+
+    So callers append to small files (checkpoint.py writes metrics in segments).
+    """
+
+    appends = False
 
     def __init__(self, url):
         bucket, _, prefix = url[len("s3://") :].partition("/")
@@ -155,10 +162,11 @@ class S3Store:
 
     def write(self, name, data):
         self._call("write to", self.s3.put_object, Key=self.key(name), Body=data)
+        self.appended.pop(name, None)  # the next append reads it again
 
     def append(self, name, text):
-        if name not in self.appended:
-            self.appended[name] = self.read(name).decode() if name in self.names() else ""
+        if name not in self.appended:  # a new file to append to: forget the previous one
+            self.appended = {name: self.read(name).decode() if name in self.names() else ""}
         self.appended[name] += text
         self.write(name, self.appended[name].encode())
 

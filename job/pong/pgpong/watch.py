@@ -66,7 +66,7 @@ def read_metrics(run_dir):
     until it is whole. Raises OSError if there is no metrics.jsonl, StoreError if the
     run dir cannot be reached (S3 credentials, a missing bucket).
     """
-    text = checkpoint.store(run_dir).read("metrics.jsonl").decode(errors="replace")
+    text = checkpoint.read_metrics_text(run_dir)  # metrics.jsonl, or an S3 run's segments joined
     records = []
     for line in text.splitlines():
         try:
