@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+JOB_DIR = REPO / "job" / "pong"  # the job's working dir: `python -m pgpong.train` runs here
 VENV_BIN = Path(sys.executable).parent
 RAY = str(VENV_BIN / "ray")
 START_TIMEOUT_S = 90
@@ -50,9 +51,43 @@ def fields(line):
 
 
 def free_port():
+    """A port free now; another process may take it before we bind it, so users retry (see attempts)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+PORT_ATTEMPTS = 3  # bring-ups that pick ports with free_port() try again with new ones
+
+
+def missing(reason):
+    """A component the test needs is absent: skip, saying why; under CI (CI=true) fail instead."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} (CI=true, where a missing component is a failure, not a skip)", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_home():
+    """Every test and everything it starts gets a HOME and a Ray temp dir of its own, removed at the end.
+
+    `make test` exports RAY_AUTH_MODE=token, and Ray then writes ~/.ray/auth_token; a local
+    Ray writes its session under /tmp/ray. Neither may land outside the suite's temp dirs.
+    """
+    # short: Ray puts Unix sockets under RAY_TMPDIR, and their paths are limited to 107 bytes
+    root = Path(tempfile.mkdtemp(prefix="pongtest-", dir="/tmp"))
+    saved = {k: os.environ.get(k) for k in ("HOME", "RAY_TMPDIR")}
+    (root / "home").mkdir()
+    os.environ["HOME"], os.environ["RAY_TMPDIR"] = str(root / "home"), str(root / "ray")
+    try:
+        yield root / "home"
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def clean_env(**extra):
@@ -121,13 +156,18 @@ class Cluster:
     def start_second_node(self):
         """`ray start --address ...` for one more 1-CPU node; returns its session id."""
         n = len(self.sessions) + 1
-        args = [
-            f"--address={self.gcs_address}",
-            f"--dashboard-agent-listen-port={free_port()}",
-            f"--temp-dir={self.temp_dir / f'node{n}'}",
-        ]
-        self.sessions.append(start_node(args + NODE_ARGS, self.env, self.log))
-        return self.sessions[-1]
+        for attempt in range(PORT_ATTEMPTS):
+            args = [
+                f"--address={self.gcs_address}",
+                f"--dashboard-agent-listen-port={free_port()}",
+                f"--temp-dir={self.temp_dir / f'node{n}-{attempt}'}",
+            ]
+            try:
+                self.sessions.append(start_node(args + NODE_ARGS, self.env, self.log))
+                return self.sessions[-1]
+            except RuntimeError:  # the port was taken meanwhile: new ports
+                if attempt == PORT_ATTEMPTS - 1:
+                    raise
 
     def kill_session(self, session):
         """SIGKILL every process of one node, as when a machine disappears."""
@@ -174,11 +214,14 @@ class Cluster:
 
 
 def start_node(args, env, log):
-    """Run `ray start ...` in a new Unix session; returns that session's id."""
+    """Run `ray start ...` in a new Unix session; returns that session's id.
+
+    If it fails, whatever it started is killed before RuntimeError is raised."""
     proc = subprocess.Popen(
         [RAY, "start", *args], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
     if proc.wait(timeout=START_TIMEOUT_S) != 0:
+        kill_cluster([proc.pid], b"\0no-marker\0")
         raise RuntimeError(f"`ray start {' '.join(args)}` failed; see {log.name}")
     return proc.pid
 
@@ -190,33 +233,39 @@ def two_node_cluster():
     temp_dir = Path(tempfile.mkdtemp(prefix="raytest-", dir="/tmp"))
     token_path = temp_dir / "auth_token"
     token_path.write_text(uuid.uuid4().hex)
-    gcs_port, dashboard_port = free_port(), free_port()
     env = clean_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_path), **THREADS)
-    cluster = Cluster(
-        address=f"http://127.0.0.1:{dashboard_port}",
-        gcs_address=f"127.0.0.1:{gcs_port}",
-        token_path=token_path,
-    )
+    marker = f"RAY_AUTH_TOKEN_PATH={token_path}".encode()
     log = open(temp_dir / "ray-start.log", "w")
-    cluster.env, cluster.log, cluster.temp_dir = env, log, temp_dir
+    cluster = None
     try:
-        head = [
-            "--head",
-            f"--port={gcs_port}",
-            "--dashboard-host=127.0.0.1",
-            f"--dashboard-port={dashboard_port}",
-            f"--ray-client-server-port={free_port()}",
-            f"--dashboard-agent-listen-port={free_port()}",
-        ]
-        cluster.sessions.append(start_node(head + NODE_ARGS + [f"--temp-dir={temp_dir / 'head'}"], env, log))
-        cluster.start_second_node()
-        cluster.wait_for_nodes(2)
+        for attempt in range(PORT_ATTEMPTS):  # a port free_port() chose may be taken before Ray binds it
+            gcs_port, dashboard_port = free_port(), free_port()
+            cluster = Cluster(address=f"http://127.0.0.1:{dashboard_port}", gcs_address=f"127.0.0.1:{gcs_port}",
+                              token_path=token_path, env=env, log=log, temp_dir=temp_dir)  # fmt: skip
+            head = [
+                "--head",
+                f"--port={gcs_port}",
+                "--dashboard-host=127.0.0.1",
+                f"--dashboard-port={dashboard_port}",
+                f"--ray-client-server-port={free_port()}",
+                f"--dashboard-agent-listen-port={free_port()}",
+                f"--temp-dir={temp_dir / f'head-{attempt}'}",
+            ]
+            try:
+                cluster.sessions.append(start_node(head + NODE_ARGS, env, log))
+                cluster.start_second_node()
+                cluster.wait_for_nodes(2)
+                break
+            except RuntimeError:
+                kill_cluster(cluster.sessions, marker)
+                if attempt == PORT_ATTEMPTS - 1:
+                    raise
         yield cluster
     finally:
-        marker = f"RAY_AUTH_TOKEN_PATH={token_path}".encode()
-        kill_cluster(cluster.sessions, marker)
+        sessions = cluster.sessions if cluster else []
+        kill_cluster(sessions, marker)
         log.close()
-        left = cluster_processes(cluster.sessions, marker)
+        left = cluster_processes(sessions, marker)
         shutil.rmtree(temp_dir, ignore_errors=True)
         assert not left, f"Ray processes survived teardown: {left}"
 
@@ -226,6 +275,11 @@ def ray_cluster():
     """The two-node cluster shared by the tests that only submit jobs to it."""
     with two_node_cluster() as cluster:
         yield cluster
+
+
+def stop_job(env, job_id):
+    """`ray job stop` (for a finally: a job left running would hold the shared cluster's CPUs)."""
+    subprocess.run([RAY, "job", "stop", job_id], env=env, capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
 
 
 def run(command, env, timeout=300, cwd=REPO):
@@ -260,3 +314,54 @@ def moto_server():
         yield f"http://{host}:{port}"
     finally:
         server.stop()
+
+
+def train_locally(*args, timeout=600):
+    """`python -m pgpong.train ARGS` in the job dir on a fresh in-process Ray (never a running
+    cluster), unbuffered so a reader of its pipe sees each line when it is printed."""
+    env = dict(os.environ, RAY_ADDRESS="local", PYTHONUNBUFFERED="1", **THREADS)
+    return subprocess.run([sys.executable, "-m", "pgpong.train", *args], cwd=JOB_DIR, env=env, capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def uninterrupted(tmp_path_factory):
+    """uninterrupted(*trainer_args): the run dir of a fault-free run with those arguments, made once."""
+    made = {}
+
+    def get(*args):
+        if args not in made:
+            run_dir = tmp_path_factory.mktemp("uninterrupted")
+            proc = train_locally(*args, "--run-dir", str(run_dir))
+            assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+            made[args] = run_dir
+        return made[args]
+
+    return get
+
+
+# The fields of a metrics line that the seed alone decides. The others are timings, bytes
+# (they depend on the node layout) and what a fault cost (replayed, discarded).
+RESULT_FIELDS = ("update", "episodes", "env_steps", "reward_mean", "reward_min", "reward_max", "running_reward",
+                 "episode_len_mean", "total_episodes", "episode_rewards", "episode_steps", "ledger")  # fmt: skip
+
+
+def read_metrics(run_dir):
+    with open(Path(run_dir) / "metrics.jsonl") as f:
+        return [json.loads(line) for line in f]
+
+
+def assert_same_run(run_dir, reference_dir):
+    """The newest checkpoints of two run dirs agree bit for bit (weights, RMSProp cache, counters,
+    running reward), and so do their metrics, timings aside."""
+    from pgpong import checkpoint
+
+    got, want = (checkpoint.load(checkpoint.checkpoints(str(d))[0]) for d in (run_dir, reference_dir))
+    counters = ("update", "episodes", "env_steps", "running_reward")
+    assert [getattr(got, k) for k in counters] == [getattr(want, k) for k in counters]
+    for part in ("params", "cache"):
+        for key in ("W1", "W2"):
+            x, y = getattr(got, part)[key], getattr(want, part)[key]
+            assert x.dtype == y.dtype and x.tobytes() == y.tobytes(), f"{part}/{key} differ by up to {abs(x - y).max()}"
+    picked = [[{k: m.get(k) for k in RESULT_FIELDS} for m in read_metrics(d)] for d in (run_dir, reference_dir)]
+    assert picked[0] == picked[1]

@@ -5,7 +5,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import numpy as np
 import pytest
@@ -41,44 +40,52 @@ def test_keeps_only_the_newest_checkpoints(tmp_path):
         "ckpt-000005.npz", "ckpt-000004.npz", "ckpt-000003.npz"]  # fmt: skip
 
 
-def test_a_failed_write_leaves_the_previous_checkpoint_as_latest(tmp_path, monkeypatch):
-    checkpoint.save(tmp_path, make_state(1, seed=1))
+def writer(run_dir, then):
+    """Python source that saves checkpoint 1 into run_dir, runs `then`, and saves checkpoint 2."""
+    return textwrap.dedent(f"""
+        import os, resource, signal, sys
+        import numpy as np
+        sys.path.insert(0, {str(JOB_DIR)!r})
+        from pgpong import checkpoint, policy
+        from pgpong.store import StoreError
 
-    def broken(f, **arrays):
-        f.write(b"PK\x03\x04 half a zip")
-        raise OSError("disk full")
+        def state(update):
+            params = policy.init_params(np.random.default_rng(update))
+            return checkpoint.State(params, params, update, config={{"env": "Pong-v0"}})
 
-    monkeypatch.setattr(np, "savez", broken)
-    with pytest.raises(OSError, match="disk full"):
-        checkpoint.save(tmp_path, make_state(2, seed=2))
-    assert os.listdir(tmp_path) == ["ckpt-000001.npz"]
+        checkpoint.save({str(run_dir)!r}, state(1))
+        {then}
+        try:
+            checkpoint.save({str(run_dir)!r}, state(2))
+            print("saved")
+        except StoreError as e:
+            print(f"StoreError: {{e}}")
+    """)
+
+
+def test_a_write_that_fails_midway_leaves_the_previous_checkpoint_as_latest(tmp_path):
+    """The disk takes no more than 1 MB per file (RLIMIT_FSIZE, as when it fills up) while a 10 MB
+    checkpoint is written: a clear StoreError, and the previous checkpoint is still the newest."""
+    limit = "resource.setrlimit(resource.RLIMIT_FSIZE, (1_000_000, 1_000_000))"
+    proc = subprocess.run([sys.executable, "-c", writer(tmp_path, limit)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"StoreError: cannot write {tmp_path}/ckpt-000002.npz: File too large"
+    assert os.listdir(tmp_path) == ["ckpt-000001.npz"]  # no half file under either name
     assert checkpoint.load_latest(tmp_path, {"env": "Pong-v0"}).update == 1
 
 
-def test_killing_the_writer_never_leaves_a_partial_checkpoint(tmp_path):
-    """SIGKILL a process that keeps writing checkpoints; every ckpt-*.npz left must load whole."""
-    script = textwrap.dedent(f"""
-        import sys, numpy as np
-        sys.path.insert(0, {str(JOB_DIR)!r})
-        from pgpong import checkpoint, policy
-        params = policy.init_params(np.random.default_rng(0))
-        u = 0
-        while True:
-            u += 1
-            checkpoint.save({str(tmp_path)!r}, checkpoint.State(params, params, u, config={{"env": "Pong-v0"}}))
-            print(u, flush=True)
-    """)
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    for _ in range(3):
-        proc.stdout.readline()  # a few complete writes, then kill it mid-way through another
-    time.sleep(0.013)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+def test_a_writer_killed_inside_the_final_rename_leaves_the_previous_checkpoint_whole(tmp_path):
+    """The writer SIGKILLs itself the moment it renames checkpoint 2 into place."""
+    die = "os.replace = lambda src, dst: os.kill(os.getpid(), signal.SIGKILL)"
+    proc = subprocess.run([sys.executable, "-c", writer(tmp_path, die)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)  # it died in the rename
     paths = checkpoint.checkpoints(tmp_path)
-    assert paths
-    for p in paths:
-        state = checkpoint.load(p)
-        assert state.params["W1"].shape == (200, 6400)
+    assert [os.path.basename(p) for p in paths] == ["ckpt-000001.npz"]
+    state = checkpoint.load(paths[0])
+    assert state.update == 1
+    assert np.array_equal(state.params["W1"], policy.init_params(np.random.default_rng(1))["W1"])
+    checkpoint.prepare_run_dir(tmp_path)  # what the next run does first: the dead writer's temp file goes
+    assert os.listdir(tmp_path) == ["ckpt-000001.npz"]
 
 
 def truncate(path):

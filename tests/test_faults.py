@@ -1,18 +1,57 @@
-"""Faults the trainer survives, on a real local Ray: a rollout actor SIGKILLed mid-update."""
+"""Faults the trainer survives, each checked against a fault-free run of the same seed.
+
+Sums are exact (fixed point, rollout.py), so a run that lost an actor, a node or its
+driver must end with the very bits of an undisturbed one: weights, RMSProp cache,
+running reward and every result in the metrics. And a run whose run dir stops taking
+writes ends with one line and keeps its last good checkpoint.
+"""
 
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import numpy as np
 import pytest
-from conftest import fields
+from conftest import JOB_DIR, THREADS, assert_same_run, fields, read_metrics, stop_job
 from pgpong import policy
 from pgpong.pool import RolloutPool
 
-BATCH = 6
 SEED = 21
+PARAMS = policy.init_params(np.random.default_rng(SEED))
+
+
+@pytest.fixture
+def pool(local_ray):
+    """Two actors on the in-process Ray; yields (pool, the lines it printed)."""
+    lines = []
+    pool = RolloutPool("Pong-v0", 2, out=lines.append)
+    try:
+        yield pool, lines
+    finally:
+        pool.shutdown()
+
+
+def play(pool, batch, hook=lambda: None, update=1):
+    """One update of PARAMS: (results, gradients, what the ledger saw)."""
+    results, grads, _, _, _, outcome = pool.run_update(PARAMS, SEED, update, batch, hook)
+    return results, grads, outcome
+
+
+def assert_same_update(got, want):
+    """The same episodes, the same summed gradient bit for bit."""
+    assert [(r.episode, r.reward, r.steps) for r in got[0]] == [(r.episode, r.reward, r.steps) for r in want[0]]
+    for key in ("W1", "W2"):
+        x, y = got[1][key], want[1][key]
+        assert x.tobytes() == y.tobytes(), f"{key} differs by up to {np.abs(x - y).max()}"
+
+
+def assert_the_fault_path_replayed(lines, outcome, replayed):
+    """What the fault handling replayed, with nothing left for the ledger's safety net to find."""
+    assert outcome["replayed"] == replayed and outcome["discarded"] == 0, (outcome, lines)
+    assert not [line for line in lines if line.startswith("ledger ")], lines
 
 
 def wait_for_recovery(pool, timeout_s=120):
@@ -27,43 +66,105 @@ def wait_for_recovery(pool, timeout_s=120):
     return not pool.probes
 
 
+def when_idle(pool, kill):
+    """A check_stop hook that, at its first call, waits until both actors have played their episode
+    (a describe() runs only after the episode before it), then calls kill(actor pids): the kill
+    lands on idle actors holding sums, just before the driver asks for them in the reduce."""
+    import ray
+
+    killed = []
+
+    def hook():
+        if not killed:
+            pids = [d["pid"] for d in ray.get([a.describe.remote() for a in pool.actors])]
+            kill(pids)
+            killed.append(pids)
+
+    return hook, killed
+
+
 @pytest.mark.slow
-def test_a_killed_actor_loses_nothing_and_the_pool_comes_back(local_ray):
-    params = policy.init_params(np.random.default_rng(SEED))
-    lines = []
-    pool = RolloutPool("Pong-v0", 2, out=lines.append)
-    try:
-        ref_results, ref_grads, *_ = pool.run_update(params, SEED, 1, BATCH, lambda: None)
+def test_a_busy_actor_killed_mid_update_loses_nothing_and_the_pool_comes_back(pool):
+    pool, lines = pool
+    batch = 6
+    reference = play(pool, batch)
+    victim = pool.info[0]["pid"]
+    killed = []
 
-        victim = pool.info[0]["pid"]
-        killed = []
+    def kill_after_two_episodes():
+        # called by the driver after every wait: kill actor 0 once two episodes are in
+        if not killed and sum(pool.episodes_by_node.values()) >= batch + 2:
+            os.kill(victim, signal.SIGKILL)
+            killed.append(time.monotonic())
 
-        def kill_after_two_episodes():
-            # called by the driver after every wait: kill actor 0 once two episodes are in
-            if not killed and sum(pool.episodes_by_node.values()) >= BATCH + 2:
-                os.kill(victim, signal.SIGKILL)
-                killed.append(time.monotonic())
+    faulty = play(pool, batch, kill_after_two_episodes)
+    assert killed, "the update ended before the kill point; the test proved nothing"
+    faults = [line for line in lines if line.startswith("fault ")]
+    assert faults and "actor=0" in faults[0], lines
+    replayed = sum(int(fields(f)["replayed"]) for f in faults)
+    assert replayed >= 1
+    assert_the_fault_path_replayed(lines, faulty[2], replayed)
+    assert_same_update(faulty, reference)
 
-        results, grads, *_ = pool.run_update(params, SEED, 1, BATCH, kill_after_two_episodes)
-        assert killed, "the update ended before the kill point; the test proved nothing"
-        faults = [line for line in lines if line.startswith("fault ")]
-        assert faults and "actor=0" in faults[0] and "replayed=" in faults[0], lines
-        replayed = sum(int(f.split("replayed=")[1].split()[0]) for f in faults)
-        assert replayed >= 1
+    # Ray restarts the actor (a new process) and the pool takes it back
+    assert wait_for_recovery(pool), lines
+    assert pool.healthy == {0, 1}
+    assert any(line.startswith("recovered actor=0") for line in lines), lines
+    import ray
 
-        # exactly the batch: the same episodes as the run without a fault, the same summed gradient
-        assert [r.episode for r in results] == list(range(BATCH))
-        assert [(r.reward, r.steps) for r in results] == [(r.reward, r.steps) for r in ref_results]
-        for k in ("W1", "W2"):
-            np.testing.assert_allclose(grads[k], ref_grads[k], rtol=1e-4, atol=1e-6 * np.abs(ref_grads[k]).max())
+    assert ray.get(pool.actors[0].describe.remote())["pid"] != victim
 
-        # Ray restarts the actor (a new process) and the pool takes it back
-        assert wait_for_recovery(pool), lines
-        assert pool.healthy == {0, 1}
-        assert any(line.startswith("recovered actor=0") for line in lines), lines
-        assert local_ray.get(pool.actors[0].describe.remote())["pid"] != victim
-    finally:
-        pool.shutdown()
+
+@pytest.mark.slow
+def test_an_idle_actor_killed_before_the_reduce_has_its_nodes_sums_replayed(pool):
+    """Actor 0 leads the node's reduce; killed idle, its combine() fails and both sums are played again."""
+    pool, lines = pool
+    reference = play(pool, 2)
+    hook, killed = when_idle(pool, lambda pids: os.kill(pids[0], signal.SIGKILL))
+    faulty = play(pool, 2, hook)
+    assert killed
+    faults = {fields(line)["actor"]: fields(line) for line in lines if line.startswith("fault ")}
+    assert set(faults) == {"0", "1"} and all(f["replayed"] == "1" for f in faults.values()), lines
+    assert_the_fault_path_replayed(lines, faulty[2], 2)
+    assert_same_update(faulty, reference)
+    assert wait_for_recovery(pool) and pool.healthy == {0, 1}, lines
+
+
+@pytest.mark.slow
+def test_a_live_actor_whose_reduce_failed_discards_its_sum(pool):
+    """Actor 1 is killed idle: actor 0, alive, gets an error from its combine() and must drop its
+    sum, or the replayed episode would count twice."""
+    import ray
+
+    pool, lines = pool
+    reference = play(pool, 2)
+    hook, killed = when_idle(pool, lambda pids: os.kill(pids[1], signal.SIGKILL))
+    faulty = play(pool, 2, hook)
+    assert killed
+    faults = {fields(line)["actor"]: fields(line) for line in lines if line.startswith("fault ")}
+    assert "0" in faults and faults["0"]["replayed"] == "1", lines
+    assert ray.get(pool.actors[0].describe.remote())["pid"] == killed[0][0]  # actor 0 never died
+    assert_the_fault_path_replayed(lines, faulty[2], 2)
+    assert_same_update(faulty, reference)
+
+
+@pytest.mark.slow
+def test_an_actor_that_cannot_restart_is_replaced(pool):
+    import ray
+
+    pool, lines = pool
+    reference = play(pool, 2)
+    gone = pool.actors[0]
+    hook, killed = when_idle(pool, lambda pids: ray.kill(gone, no_restart=True))
+    faulty = play(pool, 2, hook)
+    assert killed
+    assert_the_fault_path_replayed(lines, faulty[2], 2)
+    assert_same_update(faulty, reference)
+    assert wait_for_recovery(pool), lines
+    assert pool.healthy == {0, 1} and pool.actors[0] is not gone
+    assert any(line.startswith("recovered actor=0") for line in lines), lines
+    assert ray.get(pool.actors[0].describe.remote())["pid"] != killed[0][0]
+    assert_same_update(play(pool, 2), reference)  # and the new actor plays its part
 
 
 class LogFollower:
@@ -104,15 +205,17 @@ class LogFollower:
 
 
 @pytest.mark.slow
-def test_losing_a_node_mid_run_then_getting_one_back(tmp_path):
-    """Two nodes; the second dies mid-training; training goes on; a new node joins; the pool grows back."""
+def test_losing_a_node_mid_run_then_getting_one_back(tmp_path, uninterrupted):
+    """Two nodes; the second dies mid-training; training goes on; a new node joins; the pool grows back;
+    and the run ends with the bits of a run that lost nothing."""
     from conftest import RAY, run, two_node_cluster
 
     run_dir = tmp_path / "run"
+    args = ["--batch-size", "4", "--workers", "2", "--seed", "3", "--checkpoint-every", "1"]
     with two_node_cluster() as cluster:
         env = cluster.client_env(LAST_JOB_FILE=str(tmp_path / "last-job"))
-        args = f"--batch-size 4 --updates 0 --workers 2 --checkpoint-every 1 --run-dir {run_dir}"
-        submitted = run(["make", "submit", "JOB=pong", f"ARGS={args}"], env, timeout=120)
+        submitted = run(["make", "submit", "JOB=pong", f"ARGS={' '.join(args)} --updates 0 --run-dir {run_dir}"],
+                        env, timeout=120)  # fmt: skip
         assert submitted.returncode == 0, submitted.stdout + submitted.stderr
         job_id = (tmp_path / "last-job").read_text().strip()
         logs = LogFollower(job_id, env)
@@ -126,7 +229,7 @@ def test_losing_a_node_mid_run_then_getting_one_back(tmp_path):
             assert "replayed=" in fault
             before = int(fields(logs.wait_for("update="))["update"])
             after = fields(logs.wait_for("update="))  # still training, on the head alone
-            assert int(after["update"]) == before + 1 and after["episodes"] == "4"
+            assert int(after["update"]) == before + 1
 
             cluster.start_second_node()  # a machine joins again
             recovered = fields(logs.wait_for("recovered "))
@@ -138,13 +241,12 @@ def test_losing_a_node_mid_run_then_getting_one_back(tmp_path):
             done = fields(logs.wait_for("done "))
         finally:
             logs.close()
-        assert done["stopped"] == "SIGTERM", done
-        last = int(done["last_update"])
-        with open(run_dir / "metrics.jsonl") as f:
-            records = [json.loads(line) for line in f]
-        # every update counted once, each summing exactly the batch
-        assert [r["update"] for r in records] == list(range(1, last + 1))
-        assert all(r["episodes"] == 4 and len(r["episode_rewards"]) == 4 for r in records)
+            stop_job(env, job_id)
+    assert done["stopped"] == "SIGTERM", done
+    last = int(done["last_update"])
+    records = read_metrics(run_dir)
+    assert [r["update"] for r in records] == list(range(1, last + 1))
+    assert_same_run(run_dir, uninterrupted(*args, "--updates", str(last)))
 
 
 def driver_pids(marker):
@@ -162,15 +264,17 @@ def driver_pids(marker):
 
 
 @pytest.mark.slow
-def test_a_killed_driver_resumes_from_its_last_checkpoint_counting_nothing_twice(ray_cluster, tmp_path):
+def test_a_killed_driver_resumes_from_its_last_checkpoint_counting_nothing_twice(ray_cluster, tmp_path,
+                                                                                 uninterrupted):  # fmt: skip
     from conftest import RAY, run
 
     run_dir = str(tmp_path / "run")
     env = ray_cluster.client_env(LAST_JOB_FILE=str(tmp_path / "last-job"))
+    args = ["--batch-size", "2", "--workers", "2", "--seed", "5", "--checkpoint-every", "2"]
 
     def submit(updates):
-        args = f"--batch-size 2 --updates {updates} --workers 2 --checkpoint-every 2 --run-dir {run_dir}"
-        out = run(["make", "submit", "JOB=pong", f"ARGS={args}"], env, timeout=120)
+        out = run(["make", "submit", "JOB=pong", f"ARGS={' '.join(args)} --updates {updates} --run-dir {run_dir}"],
+                  env, timeout=120)  # fmt: skip
         assert out.returncode == 0, out.stdout + out.stderr
         return (tmp_path / "last-job").read_text().strip()
 
@@ -181,12 +285,13 @@ def test_a_killed_driver_resumes_from_its_last_checkpoint_counting_nothing_twice
         pids = driver_pids(run_dir)
         assert len(pids) == 1, pids
         os.kill(pids[0], signal.SIGKILL)  # no chance to save anything
+        deadline = time.monotonic() + 60
+        while f"Job '{first}' failed" not in run([RAY, "job", "status", first], env).stdout:
+            assert time.monotonic() < deadline, "the killed job never showed as failed"
+            time.sleep(1)
     finally:
         logs.close()
-    deadline = time.monotonic() + 60
-    while f"Job '{first}' failed" not in run([RAY, "job", "status", first], env).stdout:
-        assert time.monotonic() < deadline, "the killed job never showed as failed"
-        time.sleep(1)
+        stop_job(env, first)
 
     second = submit(2)
     logs = LogFollower(second, env)
@@ -195,10 +300,145 @@ def test_a_killed_driver_resumes_from_its_last_checkpoint_counting_nothing_twice
         done = fields(logs.wait_for("done "))
     finally:
         logs.close()
+        stop_job(env, second)
     assert resumed >= 2 and resumed % 2 == 0  # the last checkpoint written before the kill
     assert int(done["last_update"]) == resumed + 2
-    assert int(done["total_episodes"]) == 2 * (resumed + 2)
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        records = [json.loads(line) for line in f]
-    assert [r["update"] for r in records] == list(range(1, resumed + 3))
-    assert records[-1]["total_episodes"] == 2 * (resumed + 2)
+    assert [r["update"] for r in read_metrics(run_dir)] == list(range(1, resumed + 3))
+    assert_same_run(run_dir, uninterrupted(*args, "--updates", str(resumed + 2)))
+
+
+# -- a run dir that stops taking writes -------------------------------------------------
+
+
+class Training:
+    """`python -m pgpong.train` on an in-process Ray, its stdout read line by line (unbuffered) as
+    it runs; stderr goes to a file, so a full pipe can never stall it."""
+
+    def __init__(self, *args, stderr_path, env=None):
+        env = dict(env or os.environ, RAY_ADDRESS="local", PYTHONUNBUFFERED="1", **THREADS)
+        self.stderr_path = stderr_path
+        with open(stderr_path, "w") as err:
+            self.proc = subprocess.Popen([sys.executable, "-m", "pgpong.train", *args], cwd=JOB_DIR, env=env,
+                                         text=True, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)  # fmt: skip
+        self.out = []
+
+    def wait_for(self, prefix):
+        for line in self.proc.stdout:
+            self.out.append(line)
+            if line.startswith(prefix):
+                return line
+        self.proc.wait()
+        raise AssertionError(f"the trainer ended (exit {self.proc.returncode}) before a line starting {prefix!r}:\n"
+                             + "".join(self.out[-20:]) + open(self.stderr_path).read()[-3000:])  # fmt: skip
+
+    def finish(self, timeout_s=300):
+        """(exit code, the rest of stdout, all of stderr)."""
+        rest, _ = self.proc.communicate(timeout=timeout_s)
+        return self.proc.returncode, "".join(self.out) + rest, open(self.stderr_path).read()
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
+
+
+def assert_one_error_line(code, err, *words):
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert code == 1 and len(errors) == 1 and "Traceback" not in err, err[-3000:]
+    assert err.strip().splitlines()[-1] == errors[0], err[-3000:]
+    for word in words:
+        assert word in errors[0], errors[0]
+    return errors[0]
+
+
+@pytest.mark.slow
+def test_a_full_disk_mid_run_ends_in_one_line_and_keeps_the_last_good_checkpoint(tmp_path):
+    """After update 2 the driver may write no file above 1 MB (RLIMIT_FSIZE, set from outside, as a
+    full disk would): update 3's checkpoint (10 MB) cannot be written."""
+    import resource
+
+    from pgpong import checkpoint
+
+    run_dir = tmp_path / "run"
+    training = Training("--batch-size", "2", "--workers", "1", "--updates", "0", "--checkpoint-every", "1",
+                        "--run-dir", str(run_dir), stderr_path=tmp_path / "stderr")  # fmt: skip
+    try:
+        training.wait_for("update=2 ")
+        resource.prlimit(training.proc.pid, resource.RLIMIT_FSIZE, (1_000_000, 1_000_000))
+        code, out, err = training.finish()
+    finally:
+        training.kill()
+    assert_one_error_line(code, err, f"cannot write {run_dir}/ckpt-000003.npz: File too large",
+                          "the last good checkpoint is of update 2")  # fmt: skip
+    assert not [line for line in out.splitlines() if line.startswith("update=3 ")]
+    assert sorted(os.listdir(run_dir)) == ["ckpt-000001.npz", "ckpt-000002.npz", "metrics.jsonl"]  # no temp file
+    assert checkpoint.load(checkpoint.checkpoints(str(run_dir))[0]).update == 2
+
+
+def moto_with_iam(tmp_path):
+    """A moto server of its own that checks credentials after 4 unchecked calls; (process, endpoint)."""
+    from conftest import VENV_BIN
+
+    log = open(tmp_path / "moto.log", "w+")
+    server = subprocess.Popen([str(VENV_BIN / "moto_server"), "-H", "127.0.0.1", "-p", "0"],  # the OS picks the port
+                              env=dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="4"), stdout=log,
+                              stderr=subprocess.STDOUT)  # fmt: skip
+    deadline = time.monotonic() + 30
+    while "Running on http://" not in (tmp_path / "moto.log").read_text():
+        assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "moto.log").read_text()
+        time.sleep(0.2)
+    endpoint = (tmp_path / "moto.log").read_text().split("Running on ", 1)[1].split()[0]
+    return server, endpoint
+
+
+def aws_env(endpoint, key=None):
+    keys = {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]} if key else {
+        "AWS_ACCESS_KEY_ID": "setup", "AWS_SECRET_ACCESS_KEY": "setup"}  # fmt: skip
+    return {"AWS_ENDPOINT_URL": endpoint, "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull, "AWS_EC2_METADATA_DISABLED": "true", **keys}  # fmt: skip
+
+
+@pytest.mark.slow
+def test_s3_credentials_revoked_mid_run_end_it_in_one_line_keeping_the_last_good_checkpoint(tmp_path, monkeypatch):
+    import boto3
+    from pgpong import checkpoint
+
+    server, endpoint = moto_with_iam(tmp_path)
+    training = None
+    try:
+        for key, value in aws_env(endpoint).items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.delenv("AWS_PROFILE", raising=False)
+        iam = boto3.session.Session().client("iam")  # the 4 unchecked calls make an admin and the bucket
+        iam.create_user(UserName="admin")
+        admin = iam.create_access_key(UserName="admin")["AccessKey"]
+        iam.put_user_policy(UserName="admin", PolicyName="all", PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
+        for key, value in aws_env(endpoint, admin).items():
+            monkeypatch.setenv(key, value)
+        session = boto3.session.Session()
+        session.client("s3").create_bucket(Bucket="runs")
+        iam = session.client("iam")
+        iam.create_user(UserName="trainer")
+        trainer_key = iam.create_access_key(UserName="trainer")["AccessKey"]
+        iam.put_user_policy(UserName="trainer", PolicyName="s3", PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+
+        training = Training("--batch-size", "2", "--workers", "1", "--updates", "0", "--checkpoint-every", "1",
+                            "--run-dir", "s3://runs/run", stderr_path=tmp_path / "stderr",
+                            env=dict(os.environ, **aws_env(endpoint, trainer_key)))  # fmt: skip
+        training.wait_for("update=2 ")
+        iam.delete_access_key(UserName="trainer", AccessKeyId=trainer_key["AccessKeyId"])  # the credentials die
+        code, out, err = training.finish()
+        assert_one_error_line(code, err, "s3://runs/run", "InvalidAccessKeyId", "the last good checkpoint is of update 2")
+        assert not [line for line in out.splitlines() if line.startswith("update=3 ")]
+        checkpoint.store.cache_clear()
+        paths = checkpoint.checkpoints("s3://runs/run")
+        assert os.path.basename(paths[0]) == "ckpt-000002.npz", paths
+        assert checkpoint.load(paths[0]).update == 2
+    finally:
+        if training:
+            training.kill()
+        server.kill()
+        server.wait()
+        checkpoint.store.cache_clear()

@@ -2,19 +2,20 @@
 
 The build test runs `make image` with a real Docker
 engine, then starts a container the way Ray does (`bash --login`) and plays a frame of
-Pong in it. It is skipped, saying why, where no Docker engine answers; CI starts one
-with infra/ci-docker.sh.
+Pong in it. It is skipped, saying why, where no Docker engine answers, and fails there
+under CI (CI=true), which starts one with infra/ci-docker.sh.
 The first build on a machine takes a minute or a few (a Debian base is made with
 debootstrap where Docker Hub cannot be reached); later ones hit the caches in seconds.
 """
 
+import os
 import re
 import shutil
 import subprocess
 import sys
 
 import pytest
-from conftest import REPO, THREADS, read_env_file
+from conftest import REPO, THREADS, missing, read_env_file
 
 sys.path.insert(0, str(REPO / "infra"))
 from check_image import read_lock  # noqa: E402
@@ -64,7 +65,7 @@ def test_the_default_base_is_rays_image_of_the_pinned_version():
 
 
 def docker_engine():
-    """None if a Docker engine answers, else why not (the skip reason)."""
+    """None if a Docker engine answers, else why not."""
     if shutil.which("docker") is None:
         return "no docker command here; infra/ci-docker.sh installs Debian's docker.io and starts it"
     info = subprocess.run(["docker", "info"], capture_output=True, text=True, timeout=60)
@@ -77,7 +78,7 @@ def docker_engine():
 def test_the_image_builds_and_runs_pong():
     reason = docker_engine()
     if reason:
-        pytest.skip(reason)
+        missing(reason)
     build = subprocess.run(["make", "-C", str(REPO), "image"], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
     assert build.returncode == 0, build.stdout + build.stderr
     assert f"built image={IMAGE}" in build.stdout, build.stdout
@@ -120,3 +121,21 @@ def image_id():
     out = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", IMAGE], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
+
+
+def test_a_missing_component_skips_here_and_fails_under_ci(tmp_path):
+    """conftest.missing(): what the docker test calls when no engine answers."""
+    (tmp_path / "test_needs_it.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(REPO / 'tests')!r})\nfrom conftest import missing\n\n\n"
+        "def test_needs_it():\n    missing('no such engine here')\n"
+    )
+    outcomes = {}
+    for ci in ("", "true"):
+        env = {k: v for k, v in os.environ.items() if k != "CI"} | ({"CI": ci} if ci else {})
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "test_needs_it.py"],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+        outcomes[ci] = proc
+    assert outcomes[""].returncode == 0 and "1 skipped" in outcomes[""].stdout, outcomes[""].stdout
+    assert "SKIPPED" in outcomes[""].stdout and "no such engine here" in outcomes[""].stdout
+    assert outcomes["true"].returncode == 1 and "1 failed" in outcomes["true"].stdout, outcomes["true"].stdout
+    assert "no such engine here (CI=true" in outcomes["true"].stdout

@@ -2,9 +2,15 @@
 no Ray port open to the world: test_cluster_yaml.py; the token absent from job logs: test_e2e.py.)"""
 
 import shutil
+import sys
+import time
 import zipfile
 
-from conftest import REPO
+import pytest
+from conftest import REPO, run, stop_job
+
+SECRETS = [".env", ".env.local", "id_rsa.pem", "server.key", "cert.p12", ".aws/credentials", ".ssh/id_ed25519",
+           ".netrc", "gcp-credentials.json", "auth_token", "pgpong/__pycache__/train.cpython-311.pyc"]  # fmt: skip
 
 
 def test_the_uploaded_working_dir_leaves_out_anything_that_could_hold_a_secret(tmp_path):
@@ -14,8 +20,7 @@ def test_the_uploaded_working_dir_leaves_out_anything_that_could_hold_a_secret(t
     job = tmp_path / "job"
     (job / "pkg").mkdir(parents=True)
     (job / "pkg" / "train.py").write_text("print('hi')\n")
-    secrets = [".env", ".env.local", "id_rsa.pem", "server.key", "cert.p12", ".aws/credentials", ".ssh/id_ed25519",
-               ".netrc", "gcp-credentials.json", "auth_token", "pkg/__pycache__/train.cpython-311.pyc"]  # fmt: skip
+    secrets = [s.replace("pgpong/", "pkg/") for s in SECRETS]
     for name in secrets:
         (job / name).parent.mkdir(parents=True, exist_ok=True)
         (job / name).write_text("secret\n")
@@ -26,3 +31,34 @@ def test_the_uploaded_working_dir_leaves_out_anything_that_could_hold_a_secret(t
         names = {n.rstrip("/") for n in z.namelist()}
     assert "pkg/train.py" in names
     assert not [s for s in secrets if s in names], names
+
+
+@pytest.mark.slow
+def test_a_submission_uploads_the_package_and_nothing_that_could_hold_a_secret(ray_cluster, tmp_path):
+    """A copy of the repo's job/ whose pong folder is salted with secrets, submitted as a user does
+    (job/submit.py) to the test cluster; then the working dir the cluster unpacked is read back."""
+    copy = tmp_path / "repo"
+    shutil.copytree(REPO / "job", copy / "job", ignore=shutil.ignore_patterns("__pycache__", "results"))
+    shutil.copytree(REPO / "infra", copy / "infra")
+    job = copy / "job" / "pong"
+    marker = f"uploaded-{tmp_path.name}.txt"  # an ordinary file, to find this upload on the cluster
+    for name in [*SECRETS, marker]:
+        (job / name).parent.mkdir(parents=True, exist_ok=True)
+        (job / name).write_text("secret\n")
+    env = ray_cluster.client_env(LAST_JOB_FILE=str(tmp_path / "last-job"))
+    # bad trainer arguments: the job ends at once, after Ray has unpacked its working dir
+    submitted = run([sys.executable, str(copy / "job" / "submit.py"), "pong", "--",
+                     "--batch-size", "0"], env, timeout=120, cwd=copy)  # fmt: skip
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    job_id = (tmp_path / "last-job").read_text().strip()
+    try:
+        deadline = time.monotonic() + 120
+        while not (found := list(ray_cluster.temp_dir.rglob(marker))):
+            assert time.monotonic() < deadline, "the cluster never unpacked the submission"
+            time.sleep(1)
+    finally:
+        stop_job(env, job_id)
+    unpacked = found[0].parent
+    names = {str(p.relative_to(unpacked)) for p in unpacked.rglob("*")}
+    assert "pgpong/train.py" in names, names
+    assert not [s for s in SECRETS if s in names], names

@@ -12,7 +12,7 @@ from pgpong import checkpoint, play, plot, rollout, watch
 from PIL import Image
 from pong_helpers import JOB_DIR
 from test_s3 import s3, s3_endpoint  # noqa: F401  (moto's S3 on loopback: a run dir on S3)
-from test_train import run_cli
+from conftest import train_locally as run_cli
 
 METRICS_TIMEOUT_S = 60  # Ray's metrics agent exports what the driver recorded every ~10 s
 

@@ -42,6 +42,7 @@ class RolloutPool:
         self.healthy = set(range(size))
         self.probes = {}  # describe() ref -> actor index, for actors we wait to hear from again
         self.episodes_by_node = collections.Counter()
+        self.sums_received = 0  # gradient sums the driver added, over all updates: one per node and update
 
     def peak_rss_mb(self):
         """The largest peak resident memory of the healthy actors, in MiB."""
@@ -175,6 +176,7 @@ class RolloutPool:
                             action="discarded"))  # fmt: skip
                 continue
             rollout.add_sparse(*total, grad)
+            self.sums_received += 1
             if held != expected:  # e.g. an actor that died idle and came back with an empty sum
                 self.out(kv("ledger", actors=",".join(map(str, members)), expected=len(expected), held=len(held),
                             action="replay"))  # fmt: skip

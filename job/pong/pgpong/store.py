@@ -11,6 +11,8 @@ IAM role on AWS); nothing here reads a key from the repo or the job's files.
 import os
 import tempfile
 
+TMP_SUFFIX = ".tmp"  # a local write goes to .<name>.<random>.tmp, then is renamed into place
+
 
 class StoreError(Exception):
     """The run directory cannot be used; one line saying why and what to do."""
@@ -43,6 +45,9 @@ class LocalStore:
             os.makedirs(self.root, exist_ok=True)
             with tempfile.TemporaryFile(dir=self.root):
                 pass
+            for name in os.listdir(self.root):  # left by a writer killed before its rename
+                if name.startswith(".") and name.endswith(TMP_SUFFIX):
+                    os.unlink(os.path.join(self.root, name))
         except OSError as e:
             raise StoreError(f"cannot write run dir {self.root}: {e.strerror or e}") from None
 
@@ -57,23 +62,35 @@ class LocalStore:
             return f.read()
 
     def write(self, name, data):
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=self.root)
+        path = os.path.join(self.root, name)
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, os.path.join(self.root, name))
-        except BaseException:
-            os.unlink(tmp)
-            raise
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=TMP_SUFFIX, dir=self.root)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                os.unlink(tmp)
+                raise
+        except OSError as e:  # disk full, a file size limit, the folder gone
+            raise StoreError(f"cannot write {path}: {e.strerror or e}") from None
 
     def append(self, name, text):
-        with open(os.path.join(self.root, name), "a") as f:
-            f.write(text)
+        path = os.path.join(self.root, name)
+        try:
+            with open(path, "a") as f:
+                f.write(text)
+        except OSError as e:
+            raise StoreError(f"cannot write {path}: {e.strerror or e}") from None
 
     def delete(self, name):
-        os.unlink(os.path.join(self.root, name))
+        path = os.path.join(self.root, name)
+        try:
+            os.unlink(path)
+        except OSError as e:
+            raise StoreError(f"cannot delete {path}: {e.strerror or e}") from None
 
 
 class S3Store:

@@ -267,7 +267,12 @@ def main(argv=None):
             "in the job's runtime env or the node's environment, or actors will oversubscribe the cores.",
             flush=True,
         )
-    trainer.run()
+    try:
+        trainer.run()
+    except StoreError as e:  # the disk filled up, S3 refused a PUT, credentials expired: stop, keep what is saved
+        kept = f"the last good checkpoint is of update {trainer.saved}" if trainer.saved else "no checkpoint was saved"
+        print(f"error: {e}; training stopped and {kept}; fix the run dir, then run again to resume", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
