@@ -6,9 +6,8 @@ import json
 
 import numpy as np
 import pytest
-from conftest import clean_env, fields, run
+from conftest import JOB_DIR, THREADS, clean_env, fields, run
 from pgpong import checkpoint, compare, watch
-from test_train import run_cli
 from test_watch import only, tiny_run  # noqa: F401  (one update of batch 2 by the real trainer)
 
 pytestmark = pytest.mark.slow
@@ -102,6 +101,6 @@ def test_a_bad_sweep_setting_is_one_line_and_exit_2():
 
 
 def run_cli_module(module, *args):
-    from pong_helpers import JOB_DIR
-
-    return run(["python", "-m", module, *args], clean_env(PYTHONUNBUFFERED="1", RAY_ADDRESS="local"), cwd=JOB_DIR, timeout=600)
+    """python -m <module> ARGS in the job dir, unbuffered, on a fresh in-process Ray (never a running cluster)."""
+    return run(["python", "-m", module, *args], clean_env(PYTHONUNBUFFERED="1", RAY_ADDRESS="local", **THREADS),
+               cwd=JOB_DIR, timeout=600)  # fmt: skip
