@@ -53,9 +53,7 @@ def job_packages():
     jobs = {}
     for folder in sorted(p for p in JOBS_DIR.iterdir() if p.is_dir()):
         packages = [
-            p.name
-            for p in sorted(folder.iterdir())
-            if (p / "__init__.py").is_file() and (p / "train.py").is_file()
+            p.name for p in sorted(folder.iterdir()) if (p / "__init__.py").is_file() and (p / "train.py").is_file()
         ]
         if len(packages) == 1:
             jobs[folder.name] = packages[0]
@@ -154,14 +152,12 @@ def follow(client, job_id, out=sys.stdout):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(
-        prog="submit", description="Submit job/JOB to the Ray cluster at RAY_ADDRESS."
-    )
-    parser.add_argument("--wait", action="store_true",
-                        help="follow the job's logs and exit 0 only if it succeeds")  # fmt: skip
+    parser = argparse.ArgumentParser(prog="submit", description="Submit job/JOB to the Ray cluster at RAY_ADDRESS.")
+    parser.add_argument("--wait", action="store_true", help="follow the job's logs and exit 0 only if it succeeds")
     parser.add_argument("job", metavar="JOB", help="a folder under job/, e.g. pong")
-    parser.add_argument("trainer_args", nargs=argparse.REMAINDER, metavar="-- ARGS",
-                        help="passed on to the job's entrypoint")  # fmt: skip
+    parser.add_argument(
+        "trainer_args", nargs=argparse.REMAINDER, metavar="-- ARGS", help="passed on to the job's entrypoint"
+    )
     args = parser.parse_args(argv)
     trainer_args = args.trainer_args[1:] if args.trainer_args[:1] == ["--"] else args.trainer_args
     last_job_file = Path(os.environ.get("LAST_JOB_FILE") or REPO / ".last-job")
@@ -176,8 +172,7 @@ def main(argv=None):
         client = connect(address)
         entrypoint = shlex.join(["python", "-m", f"{jobs[args.job]}.train", *trainer_args])
         try:
-            job_id = client.submit_job(entrypoint=entrypoint, submission_id=submission_id(args.job),
-                                       runtime_env=env)  # fmt: skip
+            job_id = client.submit_job(entrypoint=entrypoint, submission_id=submission_id(args.job), runtime_env=env)
         except RuntimeError as e:
             raise UserError(f"the cluster refused the job: {str(e).splitlines()[0]}") from None
     except UserError as error:

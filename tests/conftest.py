@@ -240,8 +240,14 @@ def two_node_cluster():
     try:
         for attempt in range(PORT_ATTEMPTS):  # a port free_port() chose may be taken before Ray binds it
             gcs_port, dashboard_port = free_port(), free_port()
-            cluster = Cluster(address=f"http://127.0.0.1:{dashboard_port}", gcs_address=f"127.0.0.1:{gcs_port}",
-                              token_path=token_path, env=env, log=log, temp_dir=temp_dir)  # fmt: skip
+            cluster = Cluster(
+                address=f"http://127.0.0.1:{dashboard_port}",
+                gcs_address=f"127.0.0.1:{gcs_port}",
+                token_path=token_path,
+                env=env,
+                log=log,
+                temp_dir=temp_dir,
+            )
             head = [
                 "--head",
                 f"--port={gcs_port}",
@@ -320,8 +326,15 @@ def train_locally(*args, timeout=600):
     """`python -m pgpong.train ARGS` in the job dir on a fresh in-process Ray (never a running
     cluster), unbuffered so a reader of its pipe sees each line when it is printed."""
     env = dict(os.environ, RAY_ADDRESS="local", PYTHONUNBUFFERED="1", **THREADS)
-    return subprocess.run([sys.executable, "-m", "pgpong.train", *args], cwd=JOB_DIR, env=env, capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "pgpong.train", *args],
+        cwd=JOB_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -342,8 +355,20 @@ def uninterrupted(tmp_path_factory):
 
 # The fields of a metrics line that the seed alone decides. The others are timings, bytes
 # (they depend on the node layout) and what a fault cost (replayed, discarded).
-RESULT_FIELDS = ("update", "episodes", "env_steps", "reward_mean", "reward_min", "reward_max", "running_reward",
-                 "episode_len_mean", "total_episodes", "episode_rewards", "episode_steps", "ledger")  # fmt: skip
+RESULT_FIELDS = (
+    "update",
+    "episodes",
+    "env_steps",
+    "reward_mean",
+    "reward_min",
+    "reward_max",
+    "running_reward",
+    "episode_len_mean",
+    "total_episodes",
+    "episode_rewards",
+    "episode_steps",
+    "ledger",
+)
 
 
 def read_metrics(run_dir):

@@ -10,9 +10,23 @@ TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 
 def plain_submit(cluster, submission_id, *trainer_args):
     """`ray job submit` exactly as the README prints it, without waiting; asserts it was accepted."""
-    command = [RAY, "job", "submit", "--no-wait", "--submission-id", submission_id,
-               "--working-dir", str(JOB), "--runtime-env", str(JOB / "runtime_env.yaml"),
-               "--", "python", "-m", "pgpong.train", *trainer_args]  # fmt: skip
+    command = [
+        RAY,
+        "job",
+        "submit",
+        "--no-wait",
+        "--submission-id",
+        submission_id,
+        "--working-dir",
+        str(JOB),
+        "--runtime-env",
+        str(JOB / "runtime_env.yaml"),
+        "--",
+        "python",
+        "-m",
+        "pgpong.train",
+        *trainer_args,
+    ]
     result = run(command, cluster.client_env(), timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
 

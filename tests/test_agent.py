@@ -37,7 +37,9 @@ def test_ship_writes_float16_weights_that_play_and_the_whole_metrics(tiny_run, s
         assert agent.params[k].dtype == np.float32 and agent.params[k].shape == w.shape
         np.testing.assert_array_equal(agent.params[k], w.astype(np.float16).astype(np.float32))
     assert (agent_dir / checkpoint.AGENT_FILE).stat().st_size < 0.4 * (tiny_run[1] / "ckpt-000001.npz").stat().st_size
-    shipped_metrics = [json.loads(x) for x in gzip.decompress((agent_dir / "metrics.jsonl.gz").read_bytes()).splitlines()]
+    shipped_metrics = [
+        json.loads(x) for x in gzip.decompress((agent_dir / "metrics.jsonl.gz").read_bytes()).splitlines()
+    ]
     assert shipped_metrics == watch.read_metrics(tiny_run[1])
     assert watch.read_metrics(agent_dir) == shipped_metrics  # make plot RUN=<agent folder> reads them
     assert (images / "agent-curve.png").stat().st_size > 0 and (images / "agent-game.gif").stat().st_size > 0
@@ -102,5 +104,9 @@ def test_a_bad_sweep_setting_is_one_line_and_exit_2():
 
 def run_cli_module(module, *args):
     """python -m <module> ARGS in the job dir, unbuffered, on a fresh in-process Ray (never a running cluster)."""
-    return run(["python", "-m", module, *args], clean_env(PYTHONUNBUFFERED="1", RAY_ADDRESS="local", **THREADS),
-               cwd=JOB_DIR, timeout=600)  # fmt: skip
+    return run(
+        ["python", "-m", module, *args],
+        clean_env(PYTHONUNBUFFERED="1", RAY_ADDRESS="local", **THREADS),
+        cwd=JOB_DIR,
+        timeout=600,
+    )

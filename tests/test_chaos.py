@@ -21,8 +21,18 @@ from pong_helpers import JOB_DIR
 
 SEED = 17
 UPDATES = 10
-ARGS = ["--batch-size", "8", "--updates", str(UPDATES), "--seed", str(SEED), "--learning-rate", "1e-3",
-        "--checkpoint-every", "1000"]  # fmt: skip
+ARGS = [
+    "--batch-size",
+    "8",
+    "--updates",
+    str(UPDATES),
+    "--seed",
+    str(SEED),
+    "--learning-rate",
+    "1e-3",
+    "--checkpoint-every",
+    "1000",
+]
 CHAOS_SEED = 2026  # one fixed schedule of delays and victims
 
 
@@ -87,8 +97,14 @@ class Chaos(threading.Thread):
 
 def undisturbed(run_dir):
     env = dict(os.environ, RAY_ADDRESS="local", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "pgpong.train", *ARGS, "--workers", "2", "--run-dir", str(run_dir)],
-                          cwd=JOB_DIR, env=env, capture_output=True, text=True, timeout=900)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "pgpong.train", *ARGS, "--workers", "2", "--run-dir", str(run_dir)],
+        cwd=JOB_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return checkpoint.load(run_dir / f"ckpt-{UPDATES:06d}.npz")
 
@@ -119,5 +135,8 @@ def test_chaos_changes_nothing_bit_for_bit(tmp_path):
     for part in ("params", "cache"):
         for key in ("W1", "W2"):
             assert getattr(got, part)[key].tobytes() == getattr(reference, part)[key].tobytes(), f"{part}/{key}"
-    assert (got.episodes, got.env_steps, got.running_reward) == (reference.episodes, reference.env_steps,
-                                                                 reference.running_reward)  # fmt: skip
+    assert (got.episodes, got.env_steps, got.running_reward) == (
+        reference.episodes,
+        reference.env_steps,
+        reference.running_reward,
+    )

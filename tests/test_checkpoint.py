@@ -37,7 +37,10 @@ def test_keeps_only_the_newest_checkpoints(tmp_path):
     for u in range(1, 6):
         checkpoint.save(tmp_path, make_state(u), keep=3)
     assert [os.path.basename(p) for p in checkpoint.checkpoints(tmp_path)] == [
-        "ckpt-000005.npz", "ckpt-000004.npz", "ckpt-000003.npz"]  # fmt: skip
+        "ckpt-000005.npz",
+        "ckpt-000004.npz",
+        "ckpt-000003.npz",
+    ]
 
 
 def writer(run_dir, then):

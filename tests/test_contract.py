@@ -34,16 +34,30 @@ def test_plain_ray_job_submit_uploads_only_the_package_and_gets_the_settings(ray
     # Files that must stay home, with names no run can create on the cluster: a run output,
     # a numba cache, a Python cache, a key. Were any uploaded, it would show in the unpacked dir.
     tag = uuid.uuid4().hex[:8]
-    planted = [f"results/planted-{tag}.png", f"pgpong/__pycache__/planted-{tag}.nbi",
-               f"pgpong/__pycache__/planted-{tag}.cpython-311.pyc", f"planted-{tag}.pem",
-               f"runs/planted-{tag}.npz"]  # fmt: skip
+    planted = [
+        f"results/planted-{tag}.png",
+        f"pgpong/__pycache__/planted-{tag}.nbi",
+        f"pgpong/__pycache__/planted-{tag}.cpython-311.pyc",
+        f"planted-{tag}.pem",
+        f"runs/planted-{tag}.npz",
+    ]
     for name in planted:
         (JOB / name).parent.mkdir(exist_ok=True)
         (JOB / name).write_text("stays home\n")
     submission = f"contract-{tag}"
     try:
-        plain_submit(ray_cluster, submission, "--batch-size", "1", "--updates", "1", "--workers", "1",
-                     "--run-dir", str(tmp_path / "run"))  # fmt: skip
+        plain_submit(
+            ray_cluster,
+            submission,
+            "--batch-size",
+            "1",
+            "--updates",
+            "1",
+            "--workers",
+            "1",
+            "--run-dir",
+            str(tmp_path / "run"),
+        )
         status = wait_until_done(ray_cluster, submission)
     finally:
         for name in planted:
@@ -62,6 +76,8 @@ def test_plain_ray_job_submit_uploads_only_the_package_and_gets_the_settings(ray
 
     # Ray read runtime_env.yaml: its env vars are the job's, the stop grace period included
     env_vars = job(ray_cluster, submission)["runtime_env"]["env_vars"]
-    assert env_vars["RAY_JOB_STOP_WAIT_TIME_S"] == yaml.safe_load((JOB / "runtime_env.yaml").read_text())[
-        "env_vars"]["RAY_JOB_STOP_WAIT_TIME_S"]  # fmt: skip
+    assert (
+        env_vars["RAY_JOB_STOP_WAIT_TIME_S"]
+        == yaml.safe_load((JOB / "runtime_env.yaml").read_text())["env_vars"]["RAY_JOB_STOP_WAIT_TIME_S"]
+    )
     assert env_vars["PYTHONUNBUFFERED"] == "1" and os.path.isfile(JOB / ".rayignore")

@@ -38,10 +38,17 @@ JOB_DIR = REPO / "job" / "pong"
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 # Files whose text may cite a docs section: the code, the Makefile, configs, the docs.
 CITING = [
-    *DOCS, REPO / "Makefile", REPO / "requirements.txt", REPO / "requirements-dev.txt",
-    *sorted(p for ext in ("py", "sh", "yaml") for d in ("job", "cluster", "infra", "tests")
-            for p in (REPO / d).rglob(f"*.{ext}")),
-]  # fmt: skip
+    *DOCS,
+    REPO / "Makefile",
+    REPO / "requirements.txt",
+    REPO / "requirements-dev.txt",
+    *sorted(
+        p
+        for ext in ("py", "sh", "yaml")
+        for d in ("job", "cluster", "infra", "tests")
+        for p in (REPO / d).rglob(f"*.{ext}")
+    ),
+]
 KINDS = ("start", "update", "trend", "done", "fault", "bench")
 TINY_ENV = dict(os.environ, RAY_ADDRESS="local", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", OMP_NUM_THREADS="1")
 
@@ -161,16 +168,46 @@ def run_tiny():
     """The real trainer and benchmark, tiny, on a fresh in-process Ray; their stdout lines."""
     with tempfile.TemporaryDirectory() as tmp:
         train = subprocess.run(
-            [sys.executable, "-m", "pgpong.train", "--batch-size", "2", "--updates", "1", "--workers", "1",
-             "--run-dir", os.path.join(tmp, "run")],
-            cwd=JOB_DIR, env=TINY_ENV, capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "pgpong.train",
+                "--batch-size",
+                "2",
+                "--updates",
+                "1",
+                "--workers",
+                "1",
+                "--run-dir",
+                os.path.join(tmp, "run"),
+            ],
+            cwd=JOB_DIR,
+            env=TINY_ENV,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert train.returncode == 0, train.stdout + train.stderr
         bench = subprocess.run(
-            [sys.executable, "-m", "pgpong.bench", "--batch-size", "2", "--workers", "1", "--seconds", "1",
-             "--textbook-episodes", "1"],
-            cwd=JOB_DIR, env=TINY_ENV, capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "pgpong.bench",
+                "--batch-size",
+                "2",
+                "--workers",
+                "1",
+                "--seconds",
+                "1",
+                "--textbook-episodes",
+                "1",
+            ],
+            cwd=JOB_DIR,
+            env=TINY_ENV,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert bench.returncode in (0, 1), bench.stdout + bench.stderr  # 1 = verdict FAIL, still its lines
     return train.stdout.splitlines() + bench.stdout.splitlines()
 
@@ -180,8 +217,13 @@ def fault_field_sets():
     tree = ast.parse((JOB_DIR / "pgpong" / "pool.py").read_text())
     sets = []
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "kv" and node.args
-                and isinstance(node.args[0], ast.Constant) and node.args[0].value == "fault"):  # fmt: skip
+        if (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "id", None) == "kv"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and node.args[0].value == "fault"
+        ):
             sets.append(frozenset(k.arg for k in node.keywords))
     return sets
 
@@ -243,11 +285,16 @@ def test_every_cited_docs_section_exists():
 
 def test_no_code_or_doc_sends_readers_to_a_readme_section():
     """README.md is short now; sections live in docs/. 'README, Token authentication' is stale."""
-    stale = [f"{where}" for where in (
-        f"{p.relative_to(REPO)}:{n}" for p in CITING if p.name != "test_docs.py"
-        for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
-        if re.search(r"README[,:] [A-Z]|README's \"|job/pong/README", line)
-    )]  # fmt: skip
+    stale = [
+        f"{where}"
+        for where in (
+            f"{p.relative_to(REPO)}:{n}"
+            for p in CITING
+            if p.name != "test_docs.py"
+            for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
+            if re.search(r"README[,:] [A-Z]|README's \"|job/pong/README", line)
+        )
+    ]
     assert not stale, f"cite the section's page instead, as 'docs/security.md, Token authentication': {stale}"
 
 

@@ -10,8 +10,6 @@ from conftest import RAY, fields, run
 JOB_TIMEOUT_S = 600
 
 
-
-
 @pytest.mark.slow
 def test_pong_job_on_two_nodes(ray_cluster, tmp_path):
     last = tmp_path / "last-job"
@@ -30,8 +28,8 @@ def test_pong_job_on_two_nodes(ray_cluster, tmp_path):
     logs = run(["make", "logs"], env, timeout=JOB_TIMEOUT_S)
     assert logs.returncode == 0, logs.stdout + logs.stderr
     lines = logs.stdout.splitlines()
-    done = [l for l in lines if l.startswith("done ")]
-    start = [l for l in lines if l.startswith("start ")]
+    done = [x for x in lines if x.startswith("done ")]
+    start = [x for x in lines if x.startswith("start ")]
     assert done and start, logs.stdout[-3000:] + logs.stderr[-3000:]
 
     status = ""

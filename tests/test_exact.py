@@ -40,10 +40,25 @@ def test_a_sum_does_not_depend_on_who_played_what_or_in_which_order():
 
 def train(run_dir, workers):
     env = dict(os.environ, RAY_ADDRESS="local", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    args = ["--batch-size", "6", "--updates", "3", "--learning-rate", "1e-3", "--seed", "11",
-            "--checkpoint-every", "1", "--workers", str(workers), "--run-dir", str(run_dir)]  # fmt: skip
-    proc = subprocess.run([sys.executable, "-m", "pgpong.train", *args], cwd=JOB_DIR, env=env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    args = [
+        "--batch-size",
+        "6",
+        "--updates",
+        "3",
+        "--learning-rate",
+        "1e-3",
+        "--seed",
+        "11",
+        "--checkpoint-every",
+        "1",
+        "--workers",
+        str(workers),
+        "--run-dir",
+        str(run_dir),
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pgpong.train", *args], cwd=JOB_DIR, env=env, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     updates = [line for line in proc.stdout.splitlines() if line.startswith("update=")]
     assert len(updates) == 3 and all(" ledger=complete " in line + " " for line in updates), proc.stdout
@@ -58,7 +73,11 @@ def test_one_and_two_workers_give_bitwise_identical_checkpoints(tmp_path):
             x, y = getattr(one, part)[key], getattr(two, part)[key]
             assert x.dtype == y.dtype and x.tobytes() == y.tobytes(), f"{part}/{key} differ by {np.abs(x - y).max()}"
     assert (one.update, one.episodes, one.env_steps, one.running_reward) == (
-        two.update, two.episodes, two.env_steps, two.running_reward)  # fmt: skip
+        two.update,
+        two.episodes,
+        two.env_steps,
+        two.running_reward,
+    )
     # the weights did move: three updates at lr 1e-3 are not a no-op
     start = policy.init_params(np.random.default_rng(11))
     assert not np.array_equal(one.params["W2"], start["W2"])

@@ -178,8 +178,14 @@ class LogFollower:
         from conftest import RAY
 
         self.lines, self.seen = queue.Queue(), []
-        self.proc = subprocess.Popen([RAY, "job", "logs", job_id, "--follow"], env=env, text=True,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [RAY, "job", "logs", job_id, "--follow"],
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
         threading.Thread(target=lambda: [self.lines.put(line) for line in self.proc.stdout], daemon=True).start()
 
     def wait_for(self, prefix, timeout_s=180):
@@ -202,8 +208,6 @@ class LogFollower:
         self.proc.wait()
 
 
-
-
 @pytest.mark.slow
 def test_losing_a_node_mid_run_then_getting_one_back(tmp_path, uninterrupted):
     """Two nodes; the second dies mid-training; training goes on; a new node joins; the pool grows back;
@@ -214,8 +218,9 @@ def test_losing_a_node_mid_run_then_getting_one_back(tmp_path, uninterrupted):
     args = ["--batch-size", "4", "--workers", "2", "--seed", "3", "--checkpoint-every", "1"]
     with two_node_cluster() as cluster:
         env = cluster.client_env(LAST_JOB_FILE=str(tmp_path / "last-job"))
-        submitted = run(["make", "submit", "JOB=pong", f"ARGS={' '.join(args)} --updates 0 --run-dir {run_dir}"],
-                        env, timeout=120)  # fmt: skip
+        submitted = run(
+            ["make", "submit", "JOB=pong", f"ARGS={' '.join(args)} --updates 0 --run-dir {run_dir}"], env, timeout=120
+        )
         assert submitted.returncode == 0, submitted.stdout + submitted.stderr
         job_id = (tmp_path / "last-job").read_text().strip()
         logs = LogFollower(job_id, env)
@@ -264,8 +269,7 @@ def driver_pids(marker):
 
 
 @pytest.mark.slow
-def test_a_killed_driver_resumes_from_its_last_checkpoint_counting_nothing_twice(ray_cluster, tmp_path,
-                                                                                 uninterrupted):  # fmt: skip
+def test_a_killed_driver_resumes_from_its_last_checkpoint_counting_nothing_twice(ray_cluster, tmp_path, uninterrupted):
     from conftest import RAY, run
 
     run_dir = str(tmp_path / "run")
@@ -273,8 +277,11 @@ def test_a_killed_driver_resumes_from_its_last_checkpoint_counting_nothing_twice
     args = ["--batch-size", "2", "--workers", "2", "--seed", "5", "--checkpoint-every", "2"]
 
     def submit(updates):
-        out = run(["make", "submit", "JOB=pong", f"ARGS={' '.join(args)} --updates {updates} --run-dir {run_dir}"],
-                  env, timeout=120)  # fmt: skip
+        out = run(
+            ["make", "submit", "JOB=pong", f"ARGS={' '.join(args)} --updates {updates} --run-dir {run_dir}"],
+            env,
+            timeout=120,
+        )
         assert out.returncode == 0, out.stdout + out.stderr
         return (tmp_path / "last-job").read_text().strip()
 
@@ -318,8 +325,15 @@ class Training:
         env = dict(env or os.environ, RAY_ADDRESS="local", PYTHONUNBUFFERED="1", **THREADS)
         self.stderr_path = stderr_path
         with open(stderr_path, "w") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", "pgpong.train", *args], cwd=JOB_DIR, env=env,
-                                         text=True, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)  # fmt: skip
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "pgpong.train", *args],
+                cwd=JOB_DIR,
+                env=env,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+            )
         self.out = []
 
     def wait_for(self, prefix):
@@ -328,8 +342,11 @@ class Training:
             if line.startswith(prefix):
                 return line
         self.proc.wait()
-        raise AssertionError(f"the trainer ended (exit {self.proc.returncode}) before a line starting {prefix!r}:\n"
-                             + "".join(self.out[-20:]) + open(self.stderr_path).read()[-3000:])  # fmt: skip
+        raise AssertionError(
+            f"the trainer ended (exit {self.proc.returncode}) before a line starting {prefix!r}:\n"
+            + "".join(self.out[-20:])
+            + open(self.stderr_path).read()[-3000:]
+        )
 
     def finish(self, timeout_s=300):
         """(exit code, the rest of stdout, all of stderr)."""
@@ -360,16 +377,28 @@ def test_a_full_disk_mid_run_ends_in_one_line_and_keeps_the_last_good_checkpoint
     from pgpong import checkpoint
 
     run_dir = tmp_path / "run"
-    training = Training("--batch-size", "2", "--workers", "1", "--updates", "0", "--checkpoint-every", "1",
-                        "--run-dir", str(run_dir), stderr_path=tmp_path / "stderr")  # fmt: skip
+    training = Training(
+        "--batch-size",
+        "2",
+        "--workers",
+        "1",
+        "--updates",
+        "0",
+        "--checkpoint-every",
+        "1",
+        "--run-dir",
+        str(run_dir),
+        stderr_path=tmp_path / "stderr",
+    )
     try:
         training.wait_for("update=2 ")
         resource.prlimit(training.proc.pid, resource.RLIMIT_FSIZE, (1_000_000, 1_000_000))
         code, out, err = training.finish()
     finally:
         training.kill()
-    assert_one_error_line(code, err, f"cannot write {run_dir}/ckpt-000003.npz: File too large",
-                          "the last good checkpoint is of update 2")  # fmt: skip
+    assert_one_error_line(
+        code, err, f"cannot write {run_dir}/ckpt-000003.npz: File too large", "the last good checkpoint is of update 2"
+    )
     assert not [line for line in out.splitlines() if line.startswith("update=3 ")]
     assert sorted(os.listdir(run_dir)) == ["ckpt-000001.npz", "ckpt-000002.npz", "metrics.jsonl"]  # no temp file
     assert checkpoint.load(checkpoint.checkpoints(str(run_dir))[0]).update == 2
@@ -380,9 +409,12 @@ def moto_with_iam(tmp_path):
     from conftest import VENV_BIN
 
     log = open(tmp_path / "moto.log", "w+")
-    server = subprocess.Popen([str(VENV_BIN / "moto_server"), "-H", "127.0.0.1", "-p", "0"],  # the OS picks the port
-                              env=dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="4"), stdout=log,
-                              stderr=subprocess.STDOUT)  # fmt: skip
+    server = subprocess.Popen(
+        [str(VENV_BIN / "moto_server"), "-H", "127.0.0.1", "-p", "0"],  # the OS picks the port
+        env=dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="4"),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.monotonic() + 30
     while "Running on http://" not in (tmp_path / "moto.log").read_text():
         assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "moto.log").read_text()
@@ -392,10 +424,19 @@ def moto_with_iam(tmp_path):
 
 
 def aws_env(endpoint, key=None):
-    keys = {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]} if key else {
-        "AWS_ACCESS_KEY_ID": "setup", "AWS_SECRET_ACCESS_KEY": "setup"}  # fmt: skip
-    return {"AWS_ENDPOINT_URL": endpoint, "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": os.devnull,
-            "AWS_SHARED_CREDENTIALS_FILE": os.devnull, "AWS_EC2_METADATA_DISABLED": "true", **keys}  # fmt: skip
+    keys = (
+        {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
+        if key
+        else {"AWS_ACCESS_KEY_ID": "setup", "AWS_SECRET_ACCESS_KEY": "setup"}
+    )
+    return {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        "AWS_EC2_METADATA_DISABLED": "true",
+        **keys,
+    }
 
 
 @pytest.mark.slow
@@ -412,8 +453,13 @@ def test_s3_credentials_revoked_mid_run_end_it_in_one_line_keeping_the_last_good
         iam = boto3.session.Session().client("iam")  # the 4 unchecked calls make an admin and the bucket
         iam.create_user(UserName="admin")
         admin = iam.create_access_key(UserName="admin")["AccessKey"]
-        iam.put_user_policy(UserName="admin", PolicyName="all", PolicyDocument=json.dumps(
-            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
+        iam.put_user_policy(
+            UserName="admin",
+            PolicyName="all",
+            PolicyDocument=json.dumps(
+                {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+            ),
+        )
         for key, value in aws_env(endpoint, admin).items():
             monkeypatch.setenv(key, value)
         session = boto3.session.Session()
@@ -421,16 +467,34 @@ def test_s3_credentials_revoked_mid_run_end_it_in_one_line_keeping_the_last_good
         iam = session.client("iam")
         iam.create_user(UserName="trainer")
         trainer_key = iam.create_access_key(UserName="trainer")["AccessKey"]
-        iam.put_user_policy(UserName="trainer", PolicyName="s3", PolicyDocument=json.dumps(
-            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+        iam.put_user_policy(
+            UserName="trainer",
+            PolicyName="s3",
+            PolicyDocument=json.dumps(
+                {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
+            ),
+        )
 
-        training = Training("--batch-size", "2", "--workers", "1", "--updates", "0", "--checkpoint-every", "1",
-                            "--run-dir", "s3://runs/run", stderr_path=tmp_path / "stderr",
-                            env=dict(os.environ, **aws_env(endpoint, trainer_key)))  # fmt: skip
+        training = Training(
+            "--batch-size",
+            "2",
+            "--workers",
+            "1",
+            "--updates",
+            "0",
+            "--checkpoint-every",
+            "1",
+            "--run-dir",
+            "s3://runs/run",
+            stderr_path=tmp_path / "stderr",
+            env=dict(os.environ, **aws_env(endpoint, trainer_key)),
+        )
         training.wait_for("update=2 ")
         iam.delete_access_key(UserName="trainer", AccessKeyId=trainer_key["AccessKeyId"])  # the credentials die
         code, out, err = training.finish()
-        assert_one_error_line(code, err, "s3://runs/run", "InvalidAccessKeyId", "the last good checkpoint is of update 2")
+        assert_one_error_line(
+            code, err, "s3://runs/run", "InvalidAccessKeyId", "the last good checkpoint is of update 2"
+        )
         assert not [line for line in out.splitlines() if line.startswith("update=3 ")]
         checkpoint.store.cache_clear()
         paths = checkpoint.checkpoints("s3://runs/run")

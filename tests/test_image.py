@@ -132,8 +132,14 @@ def test_a_missing_component_skips_here_and_fails_under_ci(tmp_path):
     outcomes = {}
     for ci in ("", "true"):
         env = {k: v for k, v in os.environ.items() if k != "CI"} | ({"CI": ci} if ci else {})
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "test_needs_it.py"],
-                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "test_needs_it.py"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         outcomes[ci] = proc
     assert outcomes[""].returncode == 0 and "1 skipped" in outcomes[""].stdout, outcomes[""].stdout
     assert "SKIPPED" in outcomes[""].stdout and "no such engine here" in outcomes[""].stdout

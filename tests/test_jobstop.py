@@ -13,7 +13,7 @@ from helpers_jobs import job, plain_submit, wait_for, wait_until_done
 
 
 def line(text, prefix):
-    found = [l for l in text.splitlines() if l.startswith(prefix)]
+    found = [x for x in text.splitlines() if x.startswith(prefix)]
     assert found, f"no '{prefix}' line in:\n{text[-3000:]}"
     return fields(found[0])
 
@@ -21,8 +21,18 @@ def line(text, prefix):
 @pytest.mark.slow  # two jobs on the two-node cluster
 def test_ray_job_stop_saves_the_last_update_and_a_resubmission_continues(ray_cluster, tmp_path):
     run_dir = tmp_path / "run"
-    args = ["--batch-size", "2", "--workers", "2", "--checkpoint-every", "1000", "--seed", "3",
-            "--run-dir", str(run_dir)]  # fmt: skip
+    args = [
+        "--batch-size",
+        "2",
+        "--workers",
+        "2",
+        "--checkpoint-every",
+        "1000",
+        "--seed",
+        "3",
+        "--run-dir",
+        str(run_dir),
+    ]
     first = f"stop-{uuid.uuid4().hex[:8]}"
     plain_submit(ray_cluster, first, "--updates", "0", *args)
     wait_for(ray_cluster, first, lambda text: "\nupdate=2 " in "\n" + text, what="update 2")
@@ -36,7 +46,7 @@ def test_ray_job_stop_saves_the_last_update_and_a_resubmission_continues(ray_clu
     last = int(done["last_update"])
     assert stopping["signal"] == "SIGTERM" and done["stopped"] == "SIGTERM"
     assert last >= 2 and int(stopping["resume_from_update"]) == last
-    finished = [int(fields(l)["update"]) for l in text.splitlines() if l.startswith("update=")]
+    finished = [int(fields(x)["update"]) for x in text.splitlines() if x.startswith("update=")]
     assert finished[-1] == last, "the newest checkpoint must be the last update that finished"
     assert sorted(p.name for p in run_dir.glob("ckpt-*.npz")) == [f"ckpt-{last:06d}.npz"]
 
@@ -45,7 +55,7 @@ def test_ray_job_stop_saves_the_last_update_and_a_resubmission_continues(ray_clu
     assert wait_until_done(ray_cluster, second) == "SUCCEEDED", job(ray_cluster, second)
     text = wait_for(ray_cluster, second, lambda t: "\ndone " in t, timeout_s=60, what="the done line")
     assert int(line(text, "start ")["resumed_at_update"]) == last
-    assert [l.split()[0] for l in text.splitlines() if l.startswith("update=")] == [f"update={last + 1}"]
+    assert [x.split()[0] for x in text.splitlines() if x.startswith("update=")] == [f"update={last + 1}"]
     with open(run_dir / "metrics.jsonl") as f:
-        updates = [json.loads(l)["update"] for l in f]
+        updates = [json.loads(x)["update"] for x in f]
     assert updates == list(range(1, last + 2))  # every update once, none counted twice

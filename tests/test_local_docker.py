@@ -94,16 +94,15 @@ print(f"probe worker_pid={pid} OPENBLAS_NUM_THREADS={threads}")
 """
 
 
-
-
 def port_taken(port):
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def container_exists():
-    found = subprocess.run(["docker", "ps", "-aq", "--filter", f"name=^{CONTAINER}$"],
-                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    found = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"name=^{CONTAINER}$"], capture_output=True, text=True, timeout=60
+    )
     return bool(found.stdout.strip())
 
 
@@ -112,8 +111,13 @@ def what_is_missing():
     missing = []
     if os.geteuid() != 0:
         missing.append("run it as root: its own sshd must listen on port 22")
-    for tool, package in (("docker", "docker.io"), (SSHD, "openssh-server"), ("ssh", "openssh-client"),
-                          ("ssh-keygen", "openssh-client"), ("rsync", "rsync")):  # fmt: skip
+    for tool, package in (
+        ("docker", "docker.io"),
+        (SSHD, "openssh-server"),
+        ("ssh", "openssh-client"),
+        ("ssh-keygen", "openssh-client"),
+        ("rsync", "rsync"),
+    ):
         if shutil.which(tool) is None:
             missing.append(f"no {tool} here; install {package} (`make docker-engine` does)")
     if missing:
@@ -123,8 +127,10 @@ def what_is_missing():
     if container_exists():
         missing.append(f"a container named {CONTAINER} exists; `ray down cluster/local.yaml` (or docker rm it) first")
     if port_taken(22):
-        missing.append("127.0.0.1:22 is taken, and the test's sshd needs it (Ray's local provider knows no other "
-                       "SSH port); stop the SSH server that listens there")  # fmt: skip
+        missing.append(
+            "127.0.0.1:22 is taken, and the test's sshd needs it (Ray's local provider knows no other "
+            "SSH port); stop the SSH server that listens there"
+        )
     return missing
 
 
@@ -184,8 +190,9 @@ def close_ray_ssh_connections():
     """Ray keeps an SSH connection to each node open after each command (ControlPersist)."""
     control_dir = ray_control_dir()
     for control_socket in control_dir.glob("*"):
-        subprocess.run(["ssh", "-o", f"ControlPath={control_socket}", "-O", "exit", "127.0.0.1"],
-                       capture_output=True, timeout=30)  # fmt: skip
+        subprocess.run(
+            ["ssh", "-o", f"ControlPath={control_socket}", "-O", "exit", "127.0.0.1"], capture_output=True, timeout=30
+        )
     masters = []
     for entry in Path("/proc").iterdir():
         try:
@@ -201,8 +208,14 @@ def launcher_files():
     # `ray up` runs with clean_env(): no RAY_TMPDIR, so Ray's temp dir follows TMPDIR.
     ray_tmp = Path(os.environ.get("TMPDIR") or "/tmp") / "ray"
     host_copy = Path(get_docker_host_mount_location(CLUSTER_NAME))
-    fixed = [ray_tmp / f"cluster-{CLUSTER_NAME}.state", ray_tmp / f"cluster-{CLUSTER_NAME}.lock",
-             host_copy, host_copy.parent, ray_control_dir(), ray_control_dir().parent]  # fmt: skip
+    fixed = [
+        ray_tmp / f"cluster-{CLUSTER_NAME}.state",
+        ray_tmp / f"cluster-{CLUSTER_NAME}.lock",
+        host_copy,
+        host_copy.parent,
+        ray_control_dir(),
+        ray_control_dir().parent,
+    ]
     temp = Path(tempfile.gettempdir())
     cached = [*temp.glob("ray-config-*"), *temp.glob("ray-up-*")]
     return {path for path in fixed + cached if path.exists()}
@@ -244,8 +257,11 @@ def sshd(ready_machine, tmp_path):
     folder.mkdir()
     user = getpass.getuser()
     for name in ("login_key", "host_key"):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "pong-local-test", "-f", str(folder / name)],
-                       check=True, timeout=60)  # fmt: skip
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "pong-local-test", "-f", str(folder / name)],
+            check=True,
+            timeout=60,
+        )
     (folder / "authorized_keys").write_text((folder / "login_key.pub").read_text())
     (folder / "sshd_config").write_text(SSHD_CONFIG.format(folder=folder, user=user))
     home_ssh = Path.home() / ".ssh"
@@ -254,10 +270,27 @@ def sshd(ready_machine, tmp_path):
     if made_privsep:
         PRIVSEP_DIR.mkdir(mode=0o755)
     log = open(folder / "sshd.log", "w")
-    server = subprocess.Popen([SSHD, "-D", "-e", "-f", str(folder / "sshd_config")],
-                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-    login = ["ssh", "-i", str(folder / "login_key"), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
-             "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", f"{user}@127.0.0.1", "true"]  # fmt: skip
+    server = subprocess.Popen(
+        [SSHD, "-D", "-e", "-f", str(folder / "sshd_config")],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    login = [
+        "ssh",
+        "-i",
+        str(folder / "login_key"),
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "StrictHostKeyChecking=no",
+        "-o",
+        "UserKnownHostsFile=/dev/null",
+        "-o",
+        "LogLevel=ERROR",
+        f"{user}@127.0.0.1",
+        "true",
+    ]
     try:
         deadline = time.monotonic() + 30
         while subprocess.run(login, capture_output=True, timeout=30).returncode != 0:
@@ -294,13 +327,15 @@ def cluster_yaml(sshd, tmp_path):
     assert " --port=6379 " in command, command
     config["head_start_ray_commands"][start] = command.replace(" --port=6379 ", f" --port={free_port()} ") + (
         f" --dashboard-port={dashboard_port} --ray-client-server-port={free_port()}"
-        f" --dashboard-agent-listen-port={free_port()}")  # fmt: skip
+        f" --dashboard-agent-listen-port={free_port()}"
+    )
     path = tmp_path / "local.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     before = launcher_files()
     try:
-        yield SimpleNamespace(path=path, token=token, log=tmp_path / "launcher.log",
-                              dashboard=f"http://127.0.0.1:{dashboard_port}")  # fmt: skip
+        yield SimpleNamespace(
+            path=path, token=token, log=tmp_path / "launcher.log", dashboard=f"http://127.0.0.1:{dashboard_port}"
+        )
     finally:
         try:
             if container_exists():
@@ -318,8 +353,15 @@ def launcher(verb, config, log_path):
     with open(log_path, "a") as log:
         log.write(f"\n$ ray {verb} {config} -y\n")
         log.flush()
-        return subprocess.run([RAY, verb, str(config), "-y"], cwd=REPO, env=clean_env(), stdout=log,
-                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=LAUNCHER_TIMEOUT_S)  # fmt: skip
+        return subprocess.run(
+            [RAY, verb, str(config), "-y"],
+            cwd=REPO,
+            env=clean_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            timeout=LAUNCHER_TIMEOUT_S,
+        )
 
 
 def jobs_api(address, path, token=None):
@@ -368,8 +410,12 @@ def test_ray_up_local_yaml_trains_pong_in_a_container(cluster_yaml, tmp_path):
     token, dashboard = cluster_yaml.token.read_text().strip(), cluster_yaml.dashboard
     answer = dashboard_answer(dashboard, token)
     assert answer == 200, f"the head's dashboard {dashboard} answers {answer} to the token:\n{tail(cluster_yaml.log)}"
-    client = clean_env(RAY_ADDRESS=dashboard, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(cluster_yaml.token),
-                       LAST_JOB_FILE=str(tmp_path / "last-job"))  # fmt: skip
+    client = clean_env(
+        RAY_ADDRESS=dashboard,
+        RAY_AUTH_MODE="token",
+        RAY_AUTH_TOKEN_PATH=str(cluster_yaml.token),
+        LAST_JOB_FILE=str(tmp_path / "last-job"),
+    )
     submitted = run(["make", "submit", "JOB=pong", f"ARGS={JOB_ARGS}"], client, timeout=120)
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
     job_id = (tmp_path / "last-job").read_text().strip()
@@ -386,8 +432,13 @@ def test_ray_up_local_yaml_trains_pong_in_a_container(cluster_yaml, tmp_path):
     assert fields(done[-1])["updates"] == "1" and fields(start[0])["blas_threads"] == "1", start + done
     lap("job")
 
-    probe = subprocess.run(["docker", "exec", "-i", CONTAINER, "bash", "--login", "-c", "python -"],
-                           input=WORKER_PROBE, capture_output=True, text=True, timeout=120)  # fmt: skip
+    probe = subprocess.run(
+        ["docker", "exec", "-i", CONTAINER, "bash", "--login", "-c", "python -"],
+        input=WORKER_PROBE,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     probed = [line for line in probe.stdout.splitlines() if line.startswith("probe ")]
     assert probe.returncode == 0 and probed, probe.stdout + probe.stderr
     assert fields(probed[0])["OPENBLAS_NUM_THREADS"] == "1", probed[0]
@@ -401,6 +452,8 @@ def test_ray_up_local_yaml_trains_pong_in_a_container(cluster_yaml, tmp_path):
     assert not container_exists(), f"`ray down` left the container {CONTAINER}"
     lap("ray_down")
 
-    print(f"local_docker job={job_id} status={status} {probed[0][len('probe '):]} refused_without_token={refused} "
-          + " ".join(f"{step}_s={value}" for step, value in seconds.items()))  # fmt: skip
+    print(
+        f"local_docker job={job_id} status={status} {probed[0][len('probe ') :]} refused_without_token={refused} "
+        + " ".join(f"{step}_s={value}" for step, value in seconds.items())
+    )
     print(done[-1])

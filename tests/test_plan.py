@@ -87,8 +87,10 @@ def test_model_predicts_measured_update_times_within_15_percent(batch_size):
         predicted += plan.update_seconds(u["episode_steps"], rate, run["nodes"], run["workers"], costs)["seconds"]
         measured += u["seconds"]
     ratio = predicted / measured
-    print(f"batch_size={batch_size} updates={len(run['updates'])} predicted_s={predicted:.1f} "
-          f"measured_s={measured:.1f} ratio={ratio:.3f}")  # fmt: skip
+    print(
+        f"batch_size={batch_size} updates={len(run['updates'])} predicted_s={predicted:.1f} "
+        f"measured_s={measured:.1f} ratio={ratio:.3f}"
+    )
     assert abs(ratio - 1) <= TOLERANCE, f"predicted {predicted:.1f}s against {measured:.1f}s measured"
 
 
@@ -105,8 +107,9 @@ def test_probe_rate_counts_steps_within_the_window():
 
 def run_plan(*args):
     env = dict(os.environ, PYTHONPATH=f"{JOB_DIR}{os.pathsep}{REPO / 'infra'}")
-    return subprocess.run([sys.executable, "-m", "pgpong.plan", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "pgpong.plan", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_plan_prints_each_answer_with_its_inputs():
@@ -174,8 +177,18 @@ def write_metrics(run_dir, rewards, batch=10, length=lambda i: 1000 + i):
     with open(run_dir / "metrics.jsonl", "w") as f:
         for u, r in enumerate(rewards, 1):
             steps = [length(u * batch + e) for e in range(batch)]
-            f.write(json.dumps({"update": u, "episodes": batch, "total_episodes": u * batch, "running_reward": r,
-                                "episode_steps": steps}) + "\n")  # fmt: skip
+            f.write(
+                json.dumps(
+                    {
+                        "update": u,
+                        "episodes": batch,
+                        "total_episodes": u * batch,
+                        "running_reward": r,
+                        "episode_steps": steps,
+                    }
+                )
+                + "\n"
+            )
 
 
 def test_inputs_from_a_run_that_won(tmp_path):
@@ -196,9 +209,16 @@ def test_inputs_from_a_run_not_yet_won_extrapolate_and_say_so(tmp_path):
     assert learned["episodes_to_win_kind"] == "extrapolated_linear_run_last_half"
     assert learned["episodes_to_win"] == pytest.approx(1750, abs=1)
     # a reference run that went further sets the slope and the later stages' lengths
-    reference = {"id": "ref", "source": "a longer run", "batch_size": 10, "learning_rate": 1e-3, "points": [
-        {"episodes": 1000, "running_reward": -10.0, "len_mean": 3000.0},
-        {"episodes": 1500, "running_reward": -8.0, "len_mean": 4000.0}]}  # fmt: skip
+    reference = {
+        "id": "ref",
+        "source": "a longer run",
+        "batch_size": 10,
+        "learning_rate": 1e-3,
+        "points": [
+            {"episodes": 1000, "running_reward": -10.0, "len_mean": 3000.0},
+            {"episodes": 1500, "running_reward": -8.0, "len_mean": 4000.0},
+        ],
+    }
     learned = plan.learning_inputs(str(tmp_path / "run"), reference)
     assert learned["episodes_to_win_source"] == "ref"
     assert learned["episodes_to_win"] == pytest.approx(1500 + 8 / (2 / 500), abs=1)
@@ -222,8 +242,9 @@ def test_no_progress_fields_without_a_set_number_of_updates():
 def test_every_update_line_carries_progress_and_an_eta(tmp_path):
     env = dict(os.environ, RAY_ADDRESS="local", **THREADS)
     args = ["--batch-size", "2", "--updates", "3", "--workers", "1", "--run-dir", str(tmp_path / "run")]
-    proc = subprocess.run([sys.executable, "-m", "pgpong.train", *args], cwd=JOB_DIR, env=env, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "pgpong.train", *args], cwd=JOB_DIR, env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     ups = [fields(ln) for ln in proc.stdout.splitlines() if ln.startswith("update=")]
     assert [u["progress"] for u in ups] == ["1/3", "2/3", "3/3"]

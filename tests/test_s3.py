@@ -22,9 +22,15 @@ def s3_endpoint():
 @pytest.fixture
 def s3(s3_endpoint, monkeypatch):
     """Made-up credentials for the local endpoint, a fresh bucket 'runs', and the environment for children."""
-    env = {"AWS_ENDPOINT_URL": s3_endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-           "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-           "AWS_EC2_METADATA_DISABLED": "true"}  # fmt: skip
+    env = {
+        "AWS_ENDPOINT_URL": s3_endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
@@ -79,7 +85,8 @@ def test_s3_metrics_cost_the_same_per_update_however_long_the_run(s3):
     checkpoint.prepare_run_dir(run)
     puts = []  # (key, bytes) of every PutObject this client sends, seen through boto3's own event hook
     checkpoint.store(run).s3.meta.events.register(
-        "provide-client-params.s3.PutObject", lambda params, **_: puts.append((params["Key"], len(params["Body"]))))
+        "provide-client-params.s3.PutObject", lambda params, **_: puts.append((params["Key"], len(params["Body"])))
+    )
 
     def record(u):
         return {"update": u, "episode_rewards": [-21.0] * 300, "episode_steps": [1000 + u] * 300}
@@ -125,8 +132,14 @@ def test_no_credentials_is_one_clear_line(s3, monkeypatch):
 
 def train(*args):
     env = dict(os.environ, RAY_ADDRESS="local", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "pgpong.train", "--batch-size", "2", "--workers", "1", *args],
-                          cwd=JOB_DIR, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "pgpong.train", "--batch-size", "2", "--workers", "1", *args],
+        cwd=JOB_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_the_trainer_rejects_a_missing_bucket_before_ray_starts(s3):
@@ -143,8 +156,12 @@ def test_the_trainer_checkpoints_to_s3_and_resumes_from_it(s3):
     again = train("--updates", "1", "--run-dir", "s3://runs/exp/b")
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resumed_at_update=2" in again.stdout
-    assert keys(s3, "exp/b/") == ["exp/b/ckpt-000001.npz", "exp/b/ckpt-000002.npz", "exp/b/ckpt-000003.npz",
-                                  "exp/b/metrics-000001.jsonl"]  # fmt: skip
+    assert keys(s3, "exp/b/") == [
+        "exp/b/ckpt-000001.npz",
+        "exp/b/ckpt-000002.npz",
+        "exp/b/ckpt-000003.npz",
+        "exp/b/metrics-000001.jsonl",
+    ]
     assert [r["update"] for r in watch.read_metrics("s3://runs/exp/b")] == [1, 2, 3]
 
 
@@ -158,9 +175,12 @@ def test_a_bucket_that_denies_access_is_one_clear_line(tmp_path, monkeypatch):
 
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([str(VENV_BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-                              env=dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="4"),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    server = subprocess.Popen(
+        [str(VENV_BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+        env=dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="4"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -170,17 +190,28 @@ def test_a_bucket_that_denies_access_is_one_clear_line(tmp_path, monkeypatch):
             except OSError:
                 assert time.monotonic() < deadline, "moto_server did not start"
                 time.sleep(0.2)
-        for key, value in {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "setup", "AWS_SECRET_ACCESS_KEY": "setup",
-                           "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": os.devnull,
-                           "AWS_SHARED_CREDENTIALS_FILE": os.devnull, "AWS_EC2_METADATA_DISABLED": "true"}.items():
-            monkeypatch.setenv(key, value)  # fmt: skip
+        for key, value in {
+            "AWS_ENDPOINT_URL": endpoint,
+            "AWS_ACCESS_KEY_ID": "setup",
+            "AWS_SECRET_ACCESS_KEY": "setup",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }.items():
+            monkeypatch.setenv(key, value)
         session = boto3.session.Session()
         session.client("s3").create_bucket(Bucket="locked")
         iam = session.client("iam")
         iam.create_user(UserName="outsider")
         key = iam.create_access_key(UserName="outsider")["AccessKey"]
-        iam.put_user_policy(UserName="outsider", PolicyName="no-s3", PolicyDocument=json.dumps(
-            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "iam:GetUser", "Resource": "*"}]}))
+        iam.put_user_policy(
+            UserName="outsider",
+            PolicyName="no-s3",
+            PolicyDocument=json.dumps(
+                {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "iam:GetUser", "Resource": "*"}]}
+            ),
+        )
         monkeypatch.setenv("AWS_ACCESS_KEY_ID", key["AccessKeyId"])
         monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", key["SecretAccessKey"])
         proc = train("--run-dir", "s3://locked/run")

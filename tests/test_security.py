@@ -9,8 +9,19 @@ import zipfile
 import pytest
 from conftest import REPO, run, stop_job
 
-SECRETS = [".env", ".env.local", "id_rsa.pem", "server.key", "cert.p12", ".aws/credentials", ".ssh/id_ed25519",
-           ".netrc", "gcp-credentials.json", "auth_token", "pgpong/__pycache__/train.cpython-311.pyc"]  # fmt: skip
+SECRETS = [
+    ".env",
+    ".env.local",
+    "id_rsa.pem",
+    "server.key",
+    "cert.p12",
+    ".aws/credentials",
+    ".ssh/id_ed25519",
+    ".netrc",
+    "gcp-credentials.json",
+    "auth_token",
+    "pgpong/__pycache__/train.cpython-311.pyc",
+]
 
 
 def test_the_uploaded_working_dir_leaves_out_anything_that_could_hold_a_secret(tmp_path):
@@ -47,8 +58,9 @@ def test_a_submission_uploads_the_package_and_nothing_that_could_hold_a_secret(r
         (job / name).write_text("secret\n")
     env = ray_cluster.client_env(LAST_JOB_FILE=str(tmp_path / "last-job"))
     # bad trainer arguments: the job ends at once, after Ray has unpacked its working dir
-    submitted = run([sys.executable, str(copy / "job" / "submit.py"), "pong", "--",
-                     "--batch-size", "0"], env, timeout=120, cwd=copy)  # fmt: skip
+    submitted = run(
+        [sys.executable, str(copy / "job" / "submit.py"), "pong", "--", "--batch-size", "0"], env, timeout=120, cwd=copy
+    )
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
     job_id = (tmp_path / "last-job").read_text().strip()
     try:

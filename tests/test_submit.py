@@ -13,7 +13,7 @@ from conftest import RAY, clean_env, free_port, run
 
 def error_line(result):
     """The line submit printed (make adds its own '*** Error' line after it)."""
-    lines = [l for l in result.stderr.splitlines() if l.startswith("submit: ")]
+    lines = [x for x in result.stderr.splitlines() if x.startswith("submit: ")]
     assert len(lines) == 1, f"want one 'submit:' line, got:\n{result.stdout}{result.stderr}"
     return lines[0]
 
@@ -76,9 +76,11 @@ def test_submission_without_token_gets_401_and_creates_no_job(ray_cluster):
     # The Jobs REST API itself, as any HTTP client on the network would call it.
     body = json.dumps({"entrypoint": "echo pwned", "submission_id": "no-token-http"}).encode()
     request = urllib.request.Request(
-        ray_cluster.address + "/api/jobs/", data=body, method="POST",
+        ray_cluster.address + "/api/jobs/",
+        data=body,
+        method="POST",
         headers={"Content-Type": "application/json"},
-    )  # fmt: skip
+    )
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=10)
     assert refused.value.code == 401
@@ -100,8 +102,14 @@ def submit_script(env, *args):
 
     from conftest import REPO
 
-    return subprocess.Popen([sys.executable, str(REPO / "job" / "submit.py"), *args], env=env, cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, str(REPO / "job" / "submit.py"), *args],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_submission_ids_made_in_the_same_second_differ():
@@ -126,8 +134,10 @@ def test_submission_ids_made_in_the_same_second_differ():
 def test_two_submissions_in_the_same_second_get_different_ids(ray_cluster, tmp_path):
     """Both start together, so their clocks read the same second; both jobs must exist."""
     before = ray_cluster.job_ids()
-    procs = [submit_script(ray_cluster.client_env(LAST_JOB_FILE=str(tmp_path / f"last-{i}")), "pong", "--", "--help")
-             for i in range(2)]  # fmt: skip
+    procs = [
+        submit_script(ray_cluster.client_env(LAST_JOB_FILE=str(tmp_path / f"last-{i}")), "pong", "--", "--help")
+        for i in range(2)
+    ]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     ids = [(tmp_path / f"last-{i}").read_text().strip() for i in range(2)]

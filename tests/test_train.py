@@ -1,6 +1,5 @@
 """The trainer end to end on a local Ray: flags, a real run, resume, reproducibility."""
 
-import dataclasses
 import os
 import signal
 import subprocess
@@ -11,9 +10,13 @@ from conftest import THREADS, assert_same_run, read_metrics, train_locally
 from pgpong import config, train
 from pong_helpers import JOB_DIR
 
+
 def lines(out, prefix):
-    return [dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv) | {"_": line}
-            for line in out.splitlines() if line.startswith(prefix)]  # fmt: skip
+    return [
+        dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv) | {"_": line}
+        for line in out.splitlines()
+        if line.startswith(prefix)
+    ]
 
 
 metrics = read_metrics
@@ -67,9 +70,22 @@ def test_two_updates_on_pong_then_resume_continues_where_it_stopped(tmp_path, un
     ups = lines(first.stdout, "update=")
     assert [u["_"].split()[0] for u in ups] == ["update=1", "update=2"]
     keys = [kv.split("=")[0] for kv in ups[0]["_"].split()]
-    assert keys[:14] == ["update", "episodes", "env_steps", "reward_mean", "reward_min", "reward_max", "running_reward",
-                         "episode_len_mean", "seconds", "env_steps_per_s", "rollout_s", "reduce_s", "update_s",
-                         "driver_bytes"]  # fmt: skip
+    assert keys[:14] == [
+        "update",
+        "episodes",
+        "env_steps",
+        "reward_mean",
+        "reward_min",
+        "reward_max",
+        "running_reward",
+        "episode_len_mean",
+        "seconds",
+        "env_steps_per_s",
+        "rollout_s",
+        "reduce_s",
+        "update_s",
+        "driver_bytes",
+    ]
     assert all(u["episodes"] == "3" and int(u["env_steps"]) > 500 for u in ups)
     done = lines(first.stdout, "done ")
     assert done and done[0]["updates"] == "2" and done[0]["episodes"] == "6" and done[0]["nodes"] == "1"
@@ -136,10 +152,24 @@ def test_sigterm_checkpoints_the_last_update_and_says_so(tmp_path, uninterrupted
     args = ["--batch-size", "2", "--workers", "1", "--seed", "6"]
     env = dict(os.environ, RAY_ADDRESS="local", PYTHONUNBUFFERED="1", **THREADS)  # each line as it is printed
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pgpong.train", *args, "--updates", "0", "--checkpoint-every", "1000",
-         "--run-dir", str(run_dir)],
-        cwd=JOB_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pgpong.train",
+            *args,
+            "--updates",
+            "0",
+            "--checkpoint-every",
+            "1000",
+            "--run-dir",
+            str(run_dir),
+        ],
+        cwd=JOB_DIR,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         out = []
         for line in proc.stdout:
@@ -165,8 +195,9 @@ def test_sigterm_checkpoints_the_last_update_and_says_so(tmp_path, uninterrupted
 @pytest.mark.slow
 def test_a_corrupt_newest_checkpoint_is_named_and_the_run_resumes_from_the_one_before(tmp_path):
     run_dir = tmp_path / "run"
-    first = train_locally("--batch-size", "2", "--updates", "2", "--workers", "1", "--checkpoint-every", "1",
-                    "--run-dir", str(run_dir))  # fmt: skip
+    first = train_locally(
+        "--batch-size", "2", "--updates", "2", "--workers", "1", "--checkpoint-every", "1", "--run-dir", str(run_dir)
+    )
     assert first.returncode == 0, first.stderr[-3000:]
     newest = run_dir / "ckpt-000002.npz"
     newest.write_bytes(newest.read_bytes()[:1000])  # as if the writer died mid-way on a disk without rename

@@ -8,15 +8,13 @@ import uuid
 
 import pytest
 from conftest import REPO, clean_env, fields, run
+from conftest import train_locally as run_cli
 from pgpong import checkpoint, play, plot, rollout, watch
 from PIL import Image
 from pong_helpers import JOB_DIR
 from test_s3 import s3, s3_endpoint  # noqa: F401  (moto's S3 on loopback: a run dir on S3)
-from conftest import train_locally as run_cli
 
 METRICS_TIMEOUT_S = 60  # Ray's metrics agent exports what the driver recorded every ~10 s
-
-
 
 
 def only(out, prefix):
@@ -65,8 +63,12 @@ def scrape(port, run_tag):
 
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         body = response.read().decode()
-    return {s.name: s.value for f in text_string_to_metric_families(body) for s in f.samples
-            if s.labels.get("run") == run_tag}  # fmt: skip
+    return {
+        s.name: s.value
+        for f in text_string_to_metric_families(body)
+        for s in f.samples
+        if s.labels.get("run") == run_tag
+    }
 
 
 @pytest.mark.slow
@@ -74,8 +76,14 @@ def test_live_metrics_reach_the_nodes_prometheus_endpoint(local_ray):
     """What the driver sets after an update is what Prometheus scrapes from the node's metrics agent."""
     run_tag = f"test-{uuid.uuid4().hex[:8]}"
     live = watch.LiveMetrics(run_tag)
-    rec = {"update": 7, "episodes": 4, "running_reward": -20.25, "reward_mean": -19.5,
-           "env_steps_per_s": 1234.5, "seconds": 2.5}  # fmt: skip
+    rec = {
+        "update": 7,
+        "episodes": 4,
+        "running_reward": -20.25,
+        "reward_mean": -19.5,
+        "env_steps_per_s": 1234.5,
+        "seconds": 2.5,
+    }
     live.record(rec)
     live.record(rec | {"update": 8, "running_reward": -20.0})  # a gauge keeps the last value, a counter adds
     expected = {

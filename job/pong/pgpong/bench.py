@@ -71,18 +71,28 @@ def bench_raw(actors, seconds):
 
 
 def bench_trainer(env_id, workers, batch_size, run_dir):
-    cfg = config.Config(batch_size=batch_size, updates=1, workers=str(workers), env=env_id, run_dir=run_dir,
-                        checkpoint_every=1)  # fmt: skip
+    cfg = config.Config(
+        batch_size=batch_size, updates=1, workers=str(workers), env=env_id, run_dir=run_dir, checkpoint_every=1
+    )
     state, _ = train.initial_state(cfg)
     trainer = train.Trainer(cfg, state, out=lambda line: None)
     trainer.start_pool()
     rec = trainer.run()[0]
     trainer.pool.shutdown()  # give their CPUs back
     total = rec["seconds"] + rec["checkpoint_s"]
-    return {"phase": "trainer", "workers": workers, "batch_size": batch_size, "env_steps": rec["env_steps"],
-            "seconds": total, "env_steps_per_s_per_core": rec["env_steps"] / total / workers,
-            "rollout_s": rec["rollout_s"], "reduce_s": rec["reduce_s"], "rmsprop_s": rec["update_s"],
-            "checkpoint_s": rec["checkpoint_s"], "driver_bytes": rec["driver_bytes"]}  # fmt: skip
+    return {
+        "phase": "trainer",
+        "workers": workers,
+        "batch_size": batch_size,
+        "env_steps": rec["env_steps"],
+        "seconds": total,
+        "env_steps_per_s_per_core": rec["env_steps"] / total / workers,
+        "rollout_s": rec["rollout_s"],
+        "reduce_s": rec["reduce_s"],
+        "rmsprop_s": rec["update_s"],
+        "checkpoint_s": rec["checkpoint_s"],
+        "driver_bytes": rec["driver_bytes"],
+    }
 
 
 def bench_textbook(env_id, workers, episodes):
@@ -100,8 +110,15 @@ def bench_textbook(env_id, workers, episodes):
             grad[k] += g[k]
             nbytes += g[k].nbytes
     elapsed = time.perf_counter() - start
-    return {"phase": "textbook", "workers": workers, "episodes": episodes, "env_steps": steps,
-            "seconds": elapsed, "env_steps_per_s_per_core": steps / elapsed / workers, "driver_bytes": nbytes}  # fmt: skip
+    return {
+        "phase": "textbook",
+        "workers": workers,
+        "episodes": episodes,
+        "env_steps": steps,
+        "seconds": elapsed,
+        "env_steps_per_s_per_core": steps / elapsed / workers,
+        "driver_bytes": nbytes,
+    }
 
 
 def main(argv=None):
@@ -109,7 +126,9 @@ def main(argv=None):
     p.add_argument("--batch-size", type=int, default=300, help="episodes in the trainer's update (default 300)")
     p.add_argument("--workers", type=int, default=0, help="actors in every phase (default: one per CPU)")
     p.add_argument("--seconds", type=float, default=30.0, help="length of the raw-emulator phase")
-    p.add_argument("--textbook-episodes", type=int, default=0, help="episodes of the textbook phase (default 4 per worker)")
+    p.add_argument(
+        "--textbook-episodes", type=int, default=0, help="episodes of the textbook phase (default 4 per worker)"
+    )
     p.add_argument("--env", default="Pong-v0")
     args = p.parse_args(argv)
     if args.batch_size < 1 or args.workers < 0 or args.seconds <= 0 or args.textbook_episodes < 0:
@@ -117,8 +136,19 @@ def main(argv=None):
     rollout.check_env_id(args.env)
     ray.init(address=os.environ.get("RAY_ADDRESS", "local"), logging_level="warning")
     workers = args.workers or int(ray.cluster_resources()["CPU"])
-    print(kv("bench", "start", env=args.env, workers=workers, cpus=os.cpu_count(), batch_size=args.batch_size,
-                   ray=ray.__version__, numpy=np.__version__), flush=True)  # fmt: skip
+    print(
+        kv(
+            "bench",
+            "start",
+            env=args.env,
+            workers=workers,
+            cpus=os.cpu_count(),
+            batch_size=args.batch_size,
+            ray=ray.__version__,
+            numpy=np.__version__,
+        ),
+        flush=True,
+    )
     # The raw emulator runs half before and half after the trainer, so a drift in the
     # machine's speed (another process, thermal limits) weighs on both sides alike.
     emulators = [RawEmulator.remote(args.env) for _ in range(workers)]
@@ -128,9 +158,15 @@ def main(argv=None):
         assert checkpoint.checkpoints(run_dir), "the benchmark's update wrote no checkpoint"
     after = bench_raw(emulators, args.seconds / 2)
     steps, core_seconds = before[0] + after[0], before[1] + after[1]
-    raw = {"phase": "raw_emulator", "workers": workers, "env_steps": steps, "seconds": core_seconds / workers,
-           "env_steps_per_s_per_core": steps / core_seconds, "before": before[0] / before[1],
-           "after": after[0] / after[1]}  # fmt: skip
+    raw = {
+        "phase": "raw_emulator",
+        "workers": workers,
+        "env_steps": steps,
+        "seconds": core_seconds / workers,
+        "env_steps_per_s_per_core": steps / core_seconds,
+        "before": before[0] / before[1],
+        "after": after[0] / after[1],
+    }
     print(kv("bench", **raw), flush=True)
     print(kv("bench", **trained), flush=True)
     book = bench_textbook(args.env, workers, args.textbook_episodes or 4 * workers)
@@ -138,8 +174,18 @@ def main(argv=None):
     vs_raw = trained["env_steps_per_s_per_core"] / raw["env_steps_per_s_per_core"]
     vs_book = trained["env_steps_per_s_per_core"] / book["env_steps_per_s_per_core"]
     ok = vs_raw >= TARGET_VS_RAW and vs_book >= TARGET_VS_TEXTBOOK
-    print(kv("bench", "summary", trainer_vs_raw=vs_raw, target_vs_raw=TARGET_VS_RAW, trainer_vs_textbook=vs_book,
-                   target_vs_textbook=TARGET_VS_TEXTBOOK, verdict="PASS" if ok else "FAIL"), flush=True)  # fmt: skip
+    print(
+        kv(
+            "bench",
+            "summary",
+            trainer_vs_raw=vs_raw,
+            target_vs_raw=TARGET_VS_RAW,
+            trainer_vs_textbook=vs_book,
+            target_vs_textbook=TARGET_VS_TEXTBOOK,
+            verdict="PASS" if ok else "FAIL",
+        ),
+        flush=True,
+    )
     return 0 if ok else 1
 
 

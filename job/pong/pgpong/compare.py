@@ -65,8 +65,12 @@ def main(argv=None):
 
     p = _Parser(prog="python -m pgpong.compare", description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="+", help="run dirs (the trainer's --run-dir)")
-    p.add_argument("--at", type=_checked(milestones, "episode counts like 1000,3000,6000"), default=[1000, 3000, 6000],
-                   help="episode milestones (default 1000,3000,6000)")  # fmt: skip
+    p.add_argument(
+        "--at",
+        type=_checked(milestones, "episode counts like 1000,3000,6000"),
+        default=[1000, 3000, 6000],
+        help="episode milestones (default 1000,3000,6000)",
+    )
     p.add_argument("--markdown", action="store_true", help="print a Markdown table instead of key=value lines")
     args = p.parse_args(argv)
     rows = []
@@ -92,8 +96,18 @@ def main(argv=None):
         return
     for r in rows:
         at = {f"at_{m}": "-" if r[m] is None else f"{r[m][0]:.2f}@u{r[m][1]}" for m in args.at}
-        print(kv("compare", run=r["run"], batch_size=r["batch_size"], learning_rate=r["learning_rate"],
-                 episodes=r["episodes"], updates=r["updates"], running_reward=r["running_reward"], **at))  # fmt: skip
+        print(
+            kv(
+                "compare",
+                run=r["run"],
+                batch_size=r["batch_size"],
+                learning_rate=r["learning_rate"],
+                episodes=r["episodes"],
+                updates=r["updates"],
+                running_reward=r["running_reward"],
+                **at,
+            )
+        )
 
 
 if __name__ == "__main__":

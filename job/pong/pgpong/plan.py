@@ -145,8 +145,10 @@ def plan(inputs, nodes, cpus, batch_size, core_rate=None, network_gbps=NETWORK_G
     rng = np.random.default_rng(seed)
     stages = []
     for s in learning["stages"]:
-        runs = [update_seconds(sample_lengths(s["len_quantiles"], batch_size, rng), rate, nodes, cpus, costs,
-                               network_gbps) for _ in range(samples)]  # fmt: skip
+        runs = [
+            update_seconds(sample_lengths(s["len_quantiles"], batch_size, rng), rate, nodes, cpus, costs, network_gbps)
+            for _ in range(samples)
+        ]
         mean = {k: float(np.mean([r[k] for r in runs])) for k in runs[0]}
         stages.append(s | {"update": mean, "len_mean": quantile_mean(s["len_quantiles"])})
     target = learning.get("episodes_to_win")
@@ -185,13 +187,17 @@ def price(cluster_path):
         head = config["available_node_types"][config["head_node_type"]]["node_config"]["InstanceType"]
         region = config["provider"]["region"]
     except (OSError, yaml.YAMLError, KeyError, TypeError):
-        raise PlanError(f"cannot read the head's InstanceType and provider.region from {cluster_path}; "
-                        "pass --usd-per-node-hour instead") from None  # fmt: skip
+        raise PlanError(
+            f"cannot read the head's InstanceType and provider.region from {cluster_path}; "
+            "pass --usd-per-node-hour instead"
+        ) from None
     try:
         import preflight
     except ImportError:
-        raise PlanError("infra/preflight.py (the price table) is not importable; run through `make plan`, "
-                        "or pass --usd-per-node-hour") from None  # fmt: skip
+        raise PlanError(
+            "infra/preflight.py (the price table) is not importable; run through `make plan`, "
+            "or pass --usd-per-node-hour"
+        ) from None
     usd = preflight.ON_DEMAND_USD_PER_HOUR.get((head, region))
     if usd is None:
         raise PlanError(f"preflight's table has no price for {head} in {region}; pass --usd-per-node-hour")
@@ -204,35 +210,89 @@ def report(inputs, args, out=print):
         usd, instance, region, source = args.usd_per_node_hour, "given", "given", "--usd-per-node-hour"
     else:
         usd, instance, region, source = price(args.cluster)
-    result, stages = plan(inputs, args.nodes, args.cpus, args.batch_size, args.core_rate, args.network_gbps,
-                          args.samples, args.seed)  # fmt: skip
+    result, stages = plan(
+        inputs, args.nodes, args.cpus, args.batch_size, args.core_rate, args.network_gbps, args.samples, args.seed
+    )
     core, costs, learning = inputs["core"], inputs["costs"], inputs["learning"]
     actors = min(args.nodes * args.cpus, args.batch_size)
     rate_source = "--core-rate" if args.core_rate else core["source"]
-    out(kv("plan", "projection", nodes=args.nodes, cpus_per_node=args.cpus, actors=actors, batch_size=args.batch_size,
-           inputs=args.inputs, samples_per_stage=args.samples))  # fmt: skip
+    out(
+        kv(
+            "plan",
+            "projection",
+            nodes=args.nodes,
+            cpus_per_node=args.cpus,
+            actors=actors,
+            batch_size=args.batch_size,
+            inputs=args.inputs,
+            samples_per_stage=args.samples,
+        )
+    )
     for s in stages:
         u = s["update"]
-        out(kv("stage", first_episode=s["first_episode"], episodes=s["episodes"], running_reward=s["running_reward"],
-               lengths_from=s["lengths_from"], len_mean=s["len_mean"], len_max=s["len_quantiles"][-1],
-               seconds_per_update=u["seconds"], rollout_s=u["rollout_s"], broadcast_s=u["broadcast_s"],
-               reduce_s=u["reduce_s"], rmsprop_s=u["rmsprop_s"]))  # fmt: skip
+        out(
+            kv(
+                "stage",
+                first_episode=s["first_episode"],
+                episodes=s["episodes"],
+                running_reward=s["running_reward"],
+                lengths_from=s["lengths_from"],
+                len_mean=s["len_mean"],
+                len_max=s["len_quantiles"][-1],
+                seconds_per_update=u["seconds"],
+                rollout_s=u["rollout_s"],
+                broadcast_s=u["broadcast_s"],
+                reduce_s=u["reduce_s"],
+                rmsprop_s=u["rmsprop_s"],
+            )
+        )
     over = "mean_over_updates_to_win" if result["hours_to_win"] else "first_stage"
-    out(kv(seconds_per_update=result["seconds_per_update"], over=over,
-           first_stage=result["seconds_per_update_first_stage"], last_stage=result["seconds_per_update_last_stage"],
-           actors=actors, batch_size=args.batch_size, core_env_steps_per_s=result["core_rate"],
-           core_rate_source=rate_source, reduce_per_node_s=costs["reduce_per_node_s"], fold_s=costs["fold_s"],
-           broadcast_s=costs["broadcast_s"], rmsprop_s=costs["rmsprop_s"], network_gbps=args.network_gbps,
-           episode_lengths_source=learning["run"]))  # fmt: skip
-    out(kv(episodes_per_hour=result["episodes_per_hour"], seconds_per_update=result["seconds_per_update"],
-           batch_size=args.batch_size))  # fmt: skip
+    out(
+        kv(
+            seconds_per_update=result["seconds_per_update"],
+            over=over,
+            first_stage=result["seconds_per_update_first_stage"],
+            last_stage=result["seconds_per_update_last_stage"],
+            actors=actors,
+            batch_size=args.batch_size,
+            core_env_steps_per_s=result["core_rate"],
+            core_rate_source=rate_source,
+            reduce_per_node_s=costs["reduce_per_node_s"],
+            fold_s=costs["fold_s"],
+            broadcast_s=costs["broadcast_s"],
+            rmsprop_s=costs["rmsprop_s"],
+            network_gbps=args.network_gbps,
+            episode_lengths_source=learning["run"],
+        )
+    )
+    out(
+        kv(
+            episodes_per_hour=result["episodes_per_hour"],
+            seconds_per_update=result["seconds_per_update"],
+            batch_size=args.batch_size,
+        )
+    )
     dollars_per_hour = usd * args.nodes
-    out(kv(dollars_per_hour=dollars_per_hour, nodes=args.nodes, usd_per_node_hour=usd, instance_type=instance,
-           region=region, price_source=source.replace(", ", "/").replace(" ", "_")))  # fmt: skip
-    win = {"episodes_to_win": learning.get("episodes_to_win"), "episodes_to_win_kind": learning["episodes_to_win_kind"],
-           "episodes_to_win_source": learning["episodes_to_win_source"], "learned_at_batch_size": learning["batch_size"],
-           "learned_at_learning_rate": learning["learning_rate"], "win_running_reward": learning["win_reward"],
-           "lengths_source": learning["run"], "lengths_source_episodes": learning["episodes"]}  # fmt: skip
+    out(
+        kv(
+            dollars_per_hour=dollars_per_hour,
+            nodes=args.nodes,
+            usd_per_node_hour=usd,
+            instance_type=instance,
+            region=region,
+            price_source=source.replace(", ", "/").replace(" ", "_"),
+        )
+    )
+    win = {
+        "episodes_to_win": learning.get("episodes_to_win"),
+        "episodes_to_win_kind": learning["episodes_to_win_kind"],
+        "episodes_to_win_source": learning["episodes_to_win_source"],
+        "learned_at_batch_size": learning["batch_size"],
+        "learned_at_learning_rate": learning["learning_rate"],
+        "win_running_reward": learning["win_reward"],
+        "lengths_source": learning["run"],
+        "lengths_source_episodes": learning["episodes"],
+    }
     if learning["batch_size"] != args.batch_size:
         win["assumes"] = f"batch_{args.batch_size}_needs_the_episodes_batch_{learning['batch_size']}_needed"
     if result["hours_to_win"] is None:
@@ -244,15 +304,30 @@ def report(inputs, args, out=print):
     if learning["episodes_to_win"] > past:
         win["episodes_past_last_stage"] = learning["episodes_to_win"] - past  # they get the last stage's lengths
     out(kv(hours_to_win=result["hours_to_win"], updates_to_win=result["updates_to_win"], **win))
-    out(kv(dollars_to_win=result["hours_to_win"] * dollars_per_hour, hours_to_win=result["hours_to_win"],
-           dollars_per_hour=dollars_per_hour))  # fmt: skip
+    out(
+        kv(
+            dollars_to_win=result["hours_to_win"] * dollars_per_hour,
+            hours_to_win=result["hours_to_win"],
+            dollars_per_hour=dollars_per_hour,
+        )
+    )
     if learning["batch_size"] != args.batch_size:
         hours = result["hours_to_win_same_updates"]
-        out(kv(hours_to_win_if_same_updates=hours, updates_to_win=result["updates_to_win_same_updates"],
-               assumes=f"batch_{args.batch_size}_needs_the_updates_batch_{learning['batch_size']}_needed",
-               episodes_to_win_source=learning["episodes_to_win_source"]))  # fmt: skip
-        out(kv(dollars_to_win_if_same_updates=hours * dollars_per_hour, hours_to_win_if_same_updates=hours,
-               dollars_per_hour=dollars_per_hour))  # fmt: skip
+        out(
+            kv(
+                hours_to_win_if_same_updates=hours,
+                updates_to_win=result["updates_to_win_same_updates"],
+                assumes=f"batch_{args.batch_size}_needs_the_updates_batch_{learning['batch_size']}_needed",
+                episodes_to_win_source=learning["episodes_to_win_source"],
+            )
+        )
+        out(
+            kv(
+                dollars_to_win_if_same_updates=hours * dollars_per_hour,
+                hours_to_win_if_same_updates=hours,
+                dollars_per_hour=dollars_per_hour,
+            )
+        )
     return result
 
 
@@ -312,46 +387,79 @@ def learning_inputs(run_dir, reference=None, stage_episodes=STAGE_EPISODES, win_
         bounds.pop()  # too few for a stage of their own: they join the one before
     bounds.append(len(lengths))
     stages = []
-    for a, b in zip(bounds, bounds[1:]):
+    for a, b in zip(bounds, bounds[1:], strict=False):
         reward = rewards[min(np.searchsorted(episodes, first + b), len(rewards) - 1)]
-        stages.append({"first_episode": first + a, "episodes": b - a, "running_reward": round(float(reward), 3),
-                       "len_quantiles": [round(float(q), 1) for q in np.quantile(lengths[a:b], QUANTILES)],
-                       "lengths_from": "run"})  # fmt: skip
+        stages.append(
+            {
+                "first_episode": first + a,
+                "episodes": b - a,
+                "running_reward": round(float(reward), 3),
+                "len_quantiles": [round(float(q), 1) for q in np.quantile(lengths[a:b], QUANTILES)],
+                "lengths_from": "run",
+            }
+        )
     config = run_config(run_dir, lines)
     end = int(episodes[-1])
-    out = {"run": os.path.abspath(run_dir), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           "batch_size": config["batch_size"], "learning_rate": config["learning_rate"], "workers": config["workers"],
-           "seed": config["seed"], "episodes": end, "updates": int(lines[-1]["update"]),
-           "running_reward_last": round(float(rewards[-1]), 3), "running_reward_best": round(float(rewards.max()), 3),
-           "win_reward": win_reward, "stages": stages}  # fmt: skip
-    same = reference and reference["batch_size"] == config["batch_size"] and (
-        config["learning_rate"] is None or reference["learning_rate"] == config["learning_rate"])  # fmt: skip
+    out = {
+        "run": os.path.abspath(run_dir),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "batch_size": config["batch_size"],
+        "learning_rate": config["learning_rate"],
+        "workers": config["workers"],
+        "seed": config["seed"],
+        "episodes": end,
+        "updates": int(lines[-1]["update"]),
+        "running_reward_last": round(float(rewards[-1]), 3),
+        "running_reward_best": round(float(rewards.max()), 3),
+        "win_reward": win_reward,
+        "stages": stages,
+    }
+    same = (
+        reference
+        and reference["batch_size"] == config["batch_size"]
+        and (config["learning_rate"] is None or reference["learning_rate"] == config["learning_rate"])
+    )
     later = [p for p in reference["points"] if p["episodes"] > end] if same else []
     last = stages[-1]
     start = end
     for p in later:  # stages past the run: its last stage's shape, the reference's mean length
         scale = p["len_mean"] / quantile_mean(last["len_quantiles"])
-        stages.append({"first_episode": start, "episodes": p["episodes"] - start, "running_reward": p["running_reward"],
-                       "len_quantiles": [round(q * scale, 1) for q in last["len_quantiles"]],
-                       "lengths_from": "reference_mean_x_last_run_stage_shape"})  # fmt: skip
+        stages.append(
+            {
+                "first_episode": start,
+                "episodes": p["episodes"] - start,
+                "running_reward": p["running_reward"],
+                "len_quantiles": [round(q * scale, 1) for q in last["len_quantiles"]],
+                "lengths_from": "reference_mean_x_last_run_stage_shape",
+            }
+        )
         start = p["episodes"]
     won = np.flatnonzero(rewards >= win_reward)
     if len(won):
-        return out | {"episodes_to_win": int(episodes[won[0]]), "episodes_to_win_kind": "measured",
-                      "episodes_to_win_source": out["run"]}  # fmt: skip
+        return out | {
+            "episodes_to_win": int(episodes[won[0]]),
+            "episodes_to_win_kind": "measured",
+            "episodes_to_win_source": out["run"],
+        }
     # Not won yet: a straight line to the win through the running reward of whichever
     # went further, the last half of the run or the reference's last two points.
     # A projection, and named as such.
     if len(later) >= 1 and len(reference["points"]) >= 2:
         (e0, r0), (e1, r1) = [(p["episodes"], p["running_reward"]) for p in reference["points"][-2:]]
         slope, intercept = (r1 - r0) / (e1 - e0), r1 - (r1 - r0) / (e1 - e0) * e1
-        out |= {"episodes_to_win_kind": "extrapolated_linear_reference_last_2_points",
-                "episodes_to_win_source": reference["id"], "fit_from_episode": e0}  # fmt: skip
+        out |= {
+            "episodes_to_win_kind": "extrapolated_linear_reference_last_2_points",
+            "episodes_to_win_source": reference["id"],
+            "fit_from_episode": e0,
+        }
     else:
         half = episodes >= episodes[-1] / 2
         slope, intercept = np.polyfit(episodes[half], rewards[half], 1) if half.sum() >= 2 else (0.0, rewards[-1])
-        out |= {"episodes_to_win_kind": "extrapolated_linear_run_last_half", "episodes_to_win_source": out["run"],
-                "fit_from_episode": int(episodes[half][0])}  # fmt: skip
+        out |= {
+            "episodes_to_win_kind": "extrapolated_linear_run_last_half",
+            "episodes_to_win_source": out["run"],
+            "fit_from_episode": int(episodes[half][0]),
+        }
     out["fit_per_1000_episodes"] = round(float(slope) * 1000, 4)
     if slope > 0:
         out["episodes_to_win"] = int(math.ceil((win_reward - intercept) / slope))
@@ -367,8 +475,11 @@ def fold_seconds(repeats=20):
 
     rng = np.random.default_rng(0)
     cols = np.arange(policy.D, dtype=np.int32)
-    grad = {"cols": cols, "W1T": rng.standard_normal((policy.D, policy.H)).astype(np.float32),
-            "W2": rng.standard_normal(policy.H).astype(np.float32)}  # fmt: skip
+    grad = {
+        "cols": cols,
+        "W1T": rng.standard_normal((policy.D, policy.H)).astype(np.float32),
+        "W2": rng.standard_normal(policy.H).astype(np.float32),
+    }
     total = (np.zeros((policy.D, policy.H), np.float32), np.zeros(policy.H, np.float32), np.zeros(policy.D, np.bool_))
     times = []
     for _ in range(repeats):
@@ -406,17 +517,22 @@ def core_inputs(calibration):
         "source": "calibration_probe_steps_per_cpu_second",
         "kind": "agent steps per CPU-second of one process playing episodes with the policy (median over episodes)",
         "probe_episodes": len(per_cpu_s),
-        "probe_wall_env_steps_per_s": round(sum(e["steps"] for e in calibration["probe"])
-                                            / sum(e["wall_s"] for e in calibration["probe"]), 1),  # fmt: skip
-        "command": calibration["command"], "date": calibration["date"], "machine": calibration["machine"],
-    }  # fmt: skip
+        "probe_wall_env_steps_per_s": round(
+            sum(e["steps"] for e in calibration["probe"]) / sum(e["wall_s"] for e in calibration["probe"]), 1
+        ),
+        "command": calibration["command"],
+        "date": calibration["date"],
+        "machine": calibration["machine"],
+    }
 
 
 def build_inputs(path, run_dir=None, calibration_path=None):
     """Rebuild the parts of the inputs file given: the learning part from a run, the rest from a calibration."""
     inputs = load_inputs(path) if os.path.exists(path) else {}
-    inputs["about"] = ("Inputs of pgpong.plan, measured on the dev machine; "
-                       "rebuild with `make plan-inputs RUN=<run dir>` (see pgpong/plan.py)")  # fmt: skip
+    inputs["about"] = (
+        "Inputs of pgpong.plan, measured on the dev machine; "
+        "rebuild with `make plan-inputs RUN=<run dir>` (see pgpong/plan.py)"
+    )
     if calibration_path:
         with open(calibration_path) as f:
             calibration = json.load(f)
@@ -461,8 +577,17 @@ def probe(log_path, niceness=0, seed=0):
             wall, cpu = time.perf_counter(), time.process_time()
             steps = learner.play(seed, 1, episode).steps
             learner.take_gradient()
-            log.write(json.dumps({"time": time.time(), "steps": steps, "cpu_s": time.process_time() - cpu,
-                                  "wall_s": time.perf_counter() - wall}) + "\n")  # fmt: skip
+            log.write(
+                json.dumps(
+                    {
+                        "time": time.time(),
+                        "steps": steps,
+                        "cpu_s": time.process_time() - cpu,
+                        "wall_s": time.perf_counter() - wall,
+                    }
+                )
+                + "\n"
+            )
             log.flush()
             episode += 1
 
@@ -521,23 +646,40 @@ def calibrate(out_path, work_dir, runs=((10, 20), (300, 2)), workers=2):
     # Ray starts its worker processes at niceness 15 (RAY_worker_niceness; `ps` shows NI 15 for
     # the actors here): on a busy machine they get less CPU than a process at 0 would.
     niceness = int(os.environ.get("RAY_worker_niceness", "15"))
-    record = {"command": "python -m pgpong.plan " + " ".join(sys.argv[1:]),
-              "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine(),
-              "broadcast_s": measure_broadcast(workers), "runs": [], "probe": [], "probe_processes": 1,
-              "probe_niceness": niceness}  # fmt: skip
+    record = {
+        "command": "python -m pgpong.plan " + " ".join(sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine(),
+        "broadcast_s": measure_broadcast(workers),
+        "runs": [],
+        "probe": [],
+        "probe_processes": 1,
+        "probe_niceness": niceness,
+    }
     print(kv("calibrate", broadcast_s=record["broadcast_s"]), flush=True)
     probe_log = os.path.join(work_dir, "probe.jsonl")
-    prober = subprocess.Popen([sys.executable, "-m", "pgpong.plan", "probe", "--log", probe_log,
-                               "--niceness", str(niceness)], env=env)  # fmt: skip
+    prober = subprocess.Popen(
+        [sys.executable, "-m", "pgpong.plan", "probe", "--log", probe_log, "--niceness", str(niceness)], env=env
+    )
     try:
         while not os.path.exists(probe_log) and prober.poll() is None:  # playing before the first run starts
             time.sleep(1)
         for batch, updates in [(b, n) for b, n in runs if n > 0]:  # 0 skips a run (it would never end)
             run_dir = os.path.join(work_dir, f"batch{batch}")
-            args = ["--batch-size", str(batch), "--updates", str(updates), "--workers", str(workers), "--run-dir", run_dir]
+            args = [
+                "--batch-size",
+                str(batch),
+                "--updates",
+                str(updates),
+                "--workers",
+                str(workers),
+                "--run-dir",
+                run_dir,
+            ]
             for attempt in range(3):  # on a busy machine Ray's node can miss its 30 s startup deadline
-                proc = subprocess.run([sys.executable, "-m", "pgpong.train", *args], env=env, capture_output=True,
-                                      text=True)  # fmt: skip
+                proc = subprocess.run(
+                    [sys.executable, "-m", "pgpong.train", *args], env=env, capture_output=True, text=True
+                )
                 if proc.returncode == 0 or "timed out during startup" not in proc.stderr:
                     break
                 print(kv("calibrate", batch_size=batch, retry=attempt + 1, reason="ray_startup_timeout"), flush=True)
@@ -545,16 +687,31 @@ def calibrate(out_path, work_dir, runs=((10, 20), (300, 2)), workers=2):
                 sys.exit(f"calibrate: the batch-{batch} run failed: {proc.stderr[-2000:]}")
             keep = ("update", "time", "seconds", "rollout_s", "reduce_s", "update_s", "driver_bytes", "episode_steps")
             ups = [{k: m[k] for k in keep} for m in read_metrics(run_dir)]
-            record["runs"].append({"batch_size": batch, "workers": workers, "nodes": 1, "updates": ups,
-                                   "args": "python -m pgpong.train " + " ".join(args)})  # fmt: skip
+            record["runs"].append(
+                {
+                    "batch_size": batch,
+                    "workers": workers,
+                    "nodes": 1,
+                    "updates": ups,
+                    "args": "python -m pgpong.train " + " ".join(args),
+                }
+            )
             with open(probe_log) as f:
                 record["probe"] = [json.loads(ln) for ln in f]
             with open(out_path, "w") as f:
                 json.dump(record, f)
                 f.write("\n")
             t0, t1 = ups[0]["time"] - ups[0]["seconds"], ups[-1]["time"]
-            print(kv("calibrate", batch_size=batch, updates=len(ups), seconds=sum(u["seconds"] for u in ups),
-                     probe_env_steps_per_s=probe_rate(record["probe"], t0, t1)), flush=True)  # fmt: skip
+            print(
+                kv(
+                    "calibrate",
+                    batch_size=batch,
+                    updates=len(ups),
+                    seconds=sum(u["seconds"] for u in ups),
+                    probe_env_steps_per_s=probe_rate(record["probe"], t0, t1),
+                ),
+                flush=True,
+            )
     finally:
         prober.terminate()
         prober.wait()
@@ -581,10 +738,17 @@ def parser():
     p.add_argument("--nodes", type=int, default=11, help="nodes of the cluster (default 11)")
     p.add_argument("--cpus", type=int, default=18, help="CPUs per node, one rollout actor each (default 18)")
     p.add_argument("--batch-size", type=int, default=300, help="episodes per update (default 300)")
-    p.add_argument("--cluster", default="cluster/aws.yaml", help="cluster YAML whose head instance type and region set the price")
+    p.add_argument(
+        "--cluster", default="cluster/aws.yaml", help="cluster YAML whose head instance type and region set the price"
+    )
     p.add_argument("--usd-per-node-hour", type=float, help="price of one node an hour, instead of the cluster YAML's")
     p.add_argument("--core-rate", type=float, help="agent steps/s of one core, instead of the measured one")
-    p.add_argument("--network-gbps", type=float, default=NETWORK_GBPS, help=f"one flow between nodes, Gbit/s (default {NETWORK_GBPS:g})")
+    p.add_argument(
+        "--network-gbps",
+        type=float,
+        default=NETWORK_GBPS,
+        help=f"one flow between nodes, Gbit/s (default {NETWORK_GBPS:g})",
+    )
     p.add_argument("--inputs", default=INPUTS, help="the measured inputs (default: plan_inputs.json beside plan.py)")
     p.add_argument("--samples", type=int, default=200, help="simulated updates per stage of learning (default 200)")
     p.add_argument("--seed", type=int, default=0, help="seeds the episode lengths drawn")
@@ -605,9 +769,18 @@ def main(argv=None):
                 p.error("pass --run <run dir>, --calibration <file>, or both")
             inputs = build_inputs(a.inputs, a.run, a.calibration)
             ln = inputs["learning"]
-            print(kv("inputs", path=a.inputs, run=ln["run"], episodes=ln["episodes"], stages=len(ln["stages"]),
-                     running_reward_last=ln["running_reward_last"], episodes_to_win=ln.get("episodes_to_win"),
-                     episodes_to_win_kind=ln["episodes_to_win_kind"]))  # fmt: skip
+            print(
+                kv(
+                    "inputs",
+                    path=a.inputs,
+                    run=ln["run"],
+                    episodes=ln["episodes"],
+                    stages=len(ln["stages"]),
+                    running_reward_last=ln["running_reward_last"],
+                    episodes_to_win=ln.get("episodes_to_win"),
+                    episodes_to_win_kind=ln["episodes_to_win_kind"],
+                )
+            )
         elif sub == "probe":
             p = Parser(prog="python -m pgpong.plan probe")
             p.add_argument("--log", required=True)

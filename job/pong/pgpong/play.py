@@ -52,9 +52,20 @@ class Policy:
         """UP (True) iff u < P(UP): u uniform samples the policy, u = 0.5 plays it greedily."""
         tr = self.trace
         up, _ = policy.policy_step(
-            screen, self.prev, first, self.w1t, self.w2, u, 0,
-            tr.idx, tr.sign, tr.starts, tr.hid, tr.probs, tr.ups,
-        )  # fmt: skip
+            screen,
+            self.prev,
+            first,
+            self.w1t,
+            self.w2,
+            u,
+            0,
+            tr.idx,
+            tr.sign,
+            tr.starts,
+            tr.hid,
+            tr.probs,
+            tr.ups,
+        )
         return bool(up)
 
 
@@ -171,14 +182,25 @@ def default_gif(ckpt_path, update):
 
 def parse_args(argv):
     p = _Parser(prog="python -m pgpong.play", description=__doc__.split("\n\n")[0])
-    p.add_argument("checkpoint", help="a ckpt-NNNNNN.npz (local or s3://...), a run dir (its newest checkpoint), "
-                   f"or a folder with an exported {checkpoint.AGENT_FILE} (make ship)")  # fmt: skip
+    p.add_argument(
+        "checkpoint",
+        help="a ckpt-NNNNNN.npz (local or s3://...), a run dir (its newest checkpoint), "
+        f"or a folder with an exported {checkpoint.AGENT_FILE} (make ship)",
+    )
     p.add_argument("--games", type=_checked(_positive_int, "a whole number >= 1"), default=3, help="games to play")
     p.add_argument("--greedy", action="store_true", help="play UP iff P(UP) > 0.5 instead of sampling as in training")
-    p.add_argument("--seed", type=_checked(_non_negative_int, "a whole number >= 0"), default=0,
-                   help="seeds the frame skips, sticky actions and sampled actions")  # fmt: skip
-    p.add_argument("--scale", type=_checked(_positive_int, "a whole number >= 1"), default=2,
-                   help="GIF pixels per screen pixel (nearest neighbour)")  # fmt: skip
+    p.add_argument(
+        "--seed",
+        type=_checked(_non_negative_int, "a whole number >= 0"),
+        default=0,
+        help="seeds the frame skips, sticky actions and sampled actions",
+    )
+    p.add_argument(
+        "--scale",
+        type=_checked(_positive_int, "a whole number >= 1"),
+        default=2,
+        help="GIF pixels per screen pixel (nearest neighbour)",
+    )
     p.add_argument("--out", help="GIF to write (default: play-<update>.gif beside the checkpoint); its PNG beside it")
     return p.parse_args(argv)
 
@@ -212,8 +234,18 @@ def main(argv=None):
         totals[0] += won
         totals[1] += lost
         wins += won > lost
-        print(kv(game=game, agent=won, computer=lost, points=won + lost, reward=won - lost, steps=steps,
-                 seconds=time.perf_counter() - t), flush=True)  # fmt: skip
+        print(
+            kv(
+                game=game,
+                agent=won,
+                computer=lost,
+                points=won + lost,
+                reward=won - lost,
+                steps=steps,
+                seconds=time.perf_counter() - t,
+            ),
+            flush=True,
+        )
         if steps >= MAX_STEPS:
             print(f"WARNING: game {game} was cut off after {MAX_STEPS} steps, before either side reached 21")
     size = write_gif(recorder, args.scale, gif, png)

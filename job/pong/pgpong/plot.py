@@ -67,8 +67,14 @@ def draw(records, title, out):
 
     fig, axes = plt.subplots(2, 2, figsize=SIZE_IN, dpi=DPI)
     for ax, x, label in ((axes[0, 0], updates, "update"), (axes[0, 1], elapsed, time_label)):
-        ax.fill_between(x, [r["reward_min"] for r in records], [r["reward_max"] for r in records],
-                        color="tab:blue", alpha=0.12, label="episode reward min..max")  # fmt: skip
+        ax.fill_between(
+            x,
+            [r["reward_min"] for r in records],
+            [r["reward_max"] for r in records],
+            color="tab:blue",
+            alpha=0.12,
+            label="episode reward min..max",
+        )
         ax.plot(x, mean, color="tab:blue", lw=0.8, alpha=0.7, marker=marker, ms=3, label="mean episode reward")
         ax.plot(x, running, color="tab:red", lw=2, marker=marker, ms=3, label="running reward")
         ax.set(xlabel=label, ylabel="reward (points won - points lost)")

@@ -66,8 +66,17 @@ class RolloutPool:
             self.healthy.discard(i)
             self.actors[i].discard.remote()  # if it only hiccuped, its sum must not count twice
             self.probes[self.actors[i].describe.remote()] = i
-            self.out(kv("fault", actor=i, node=self.node[i][:8], error=type(error).__name__, replayed=len(episodes),
-                         healthy=len(self.healthy), note="restarting"))  # fmt: skip
+            self.out(
+                kv(
+                    "fault",
+                    actor=i,
+                    node=self.node[i][:8],
+                    error=type(error).__name__,
+                    replayed=len(episodes),
+                    healthy=len(self.healthy),
+                    note="restarting",
+                )
+            )
         elif episodes:
             self.out(kv("fault", actor=i, node=self.node[i][:8], replayed=len(episodes)))
 
@@ -172,14 +181,28 @@ class RolloutPool:
             expected = sorted(ep for m in members for ep in owned.pop(m, []))
             held = sorted(grad["episodes"][:, 1].tolist())
             if not ledger.accept(grad["episodes"]):
-                self.out(kv("ledger", actors=",".join(map(str, members)), expected=len(expected), held=len(held),
-                            action="discarded"))  # fmt: skip
+                self.out(
+                    kv(
+                        "ledger",
+                        actors=",".join(map(str, members)),
+                        expected=len(expected),
+                        held=len(held),
+                        action="discarded",
+                    )
+                )
                 continue
             rollout.add_sparse(*total, grad)
             self.sums_received += 1
             if held != expected:  # e.g. an actor that died idle and came back with an empty sum
-                self.out(kv("ledger", actors=",".join(map(str, members)), expected=len(expected), held=len(held),
-                            action="replay"))  # fmt: skip
+                self.out(
+                    kv(
+                        "ledger",
+                        actors=",".join(map(str, members)),
+                        expected=len(expected),
+                        held=len(held),
+                        action="replay",
+                    )
+                )
         return nbytes
 
 

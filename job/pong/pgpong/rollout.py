@@ -201,9 +201,20 @@ class Learner:
             tr.ensure(t)
             u, frames, sticky = stream.next()
             up, _ = policy.policy_step(
-                screen, self.prev, first, self.w1t, self.w2, u, t,
-                tr.idx, tr.sign, tr.starts, tr.hid, tr.probs, tr.ups,
-            )  # fmt: skip
+                screen,
+                self.prev,
+                first,
+                self.w1t,
+                self.w2,
+                u,
+                t,
+                tr.idx,
+                tr.sign,
+                tr.starts,
+                tr.hid,
+                tr.probs,
+                tr.ups,
+            )
             reward, over = st.step(up, frames, sticky)
             tr.rewards[t] = reward
             total += reward
@@ -211,11 +222,22 @@ class Learner:
             t += 1
         advantage = policy.standardize(policy.discount_rewards(tr.rewards[:t])).astype(np.float32)
         policy.accumulate_gradient(
-            t, tr.idx, tr.sign, tr.starts, tr.hid, tr.probs, tr.ups, advantage,
-            self.w2, self.ep_w1t, self.ep_w2, self.ep_touched,
-        )  # fmt: skip
-        if not fold_episode(self.ep_w1t, self.ep_w2, self.ep_touched, self.gw1t, self.gw2, self.touched,
-                            SCALE, EPISODE_LIMIT):  # fmt: skip
+            t,
+            tr.idx,
+            tr.sign,
+            tr.starts,
+            tr.hid,
+            tr.probs,
+            tr.ups,
+            advantage,
+            self.w2,
+            self.ep_w1t,
+            self.ep_w2,
+            self.ep_touched,
+        )
+        if not fold_episode(
+            self.ep_w1t, self.ep_w2, self.ep_touched, self.gw1t, self.gw2, self.touched, SCALE, EPISODE_LIMIT
+        ):
             raise GradientOverflow(f"episode {episode} of update {update} has a gradient above {EPISODE_LIMIT:g}")
         self.ledger.append((update, episode))
         return EpisodeResult(episode, total, t, int(tr.starts[t]))

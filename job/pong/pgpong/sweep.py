@@ -42,11 +42,19 @@ def updates_done(path):
 
 def main(argv=None):
     p = _Parser(prog="python -m pgpong.sweep", description=__doc__.split("\n\n")[0])
-    p.add_argument("settings", nargs="+", type=_checked(setting, "BATCH:RATE, e.g. 300:3e-3"),
-                   help="batch size and learning rate of each run, e.g. 10:1e-3 300:3e-3")  # fmt: skip
+    p.add_argument(
+        "settings",
+        nargs="+",
+        type=_checked(setting, "BATCH:RATE, e.g. 300:3e-3"),
+        help="batch size and learning rate of each run, e.g. 10:1e-3 300:3e-3",
+    )
     p.add_argument("--root", default="~/pong-lr", help="folder of the run dirs (default: ~/pong-lr)")
-    p.add_argument("--episodes", type=_checked(_positive_int, "a whole number >= 1"), default=6000,
-                   help="episodes each setting trains for (rounded up to whole updates; default 6000)")  # fmt: skip
+    p.add_argument(
+        "--episodes",
+        type=_checked(_positive_int, "a whole number >= 1"),
+        default=6000,
+        help="episodes each setting trains for (rounded up to whole updates; default 6000)",
+    )
     p.add_argument("--workers", default="auto", help="rollout actors of each run (the trainer's --workers)")
     p.add_argument("--seed", default="0", help="the trainer's --seed for every setting")
     args = p.parse_args(argv)
@@ -63,12 +71,30 @@ def main(argv=None):
         path = run_dir(root, batch, rate)
         wanted = -(-args.episodes // batch)  # updates, rounded up
         left = wanted - updates_done(path)
-        print(kv("sweep", run=path, batch_size=batch, learning_rate=rate, updates=wanted, left=max(left, 0)), flush=True)
+        print(
+            kv("sweep", run=path, batch_size=batch, learning_rate=rate, updates=wanted, left=max(left, 0)), flush=True
+        )
         if left <= 0:
             continue
-        command = [sys.executable, "-m", "pgpong.train", "--batch-size", str(batch), "--learning-rate", str(rate),
-                   "--updates", str(left), "--workers", args.workers, "--seed", args.seed, "--run-dir", path,
-                   "--checkpoint-every", str(max(1, 1000 // batch))]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "pgpong.train",
+            "--batch-size",
+            str(batch),
+            "--learning-rate",
+            str(rate),
+            "--updates",
+            str(left),
+            "--workers",
+            args.workers,
+            "--seed",
+            args.seed,
+            "--run-dir",
+            path,
+            "--checkpoint-every",
+            str(max(1, 1000 // batch)),
+        ]
         proc = subprocess.Popen(command, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         child[:] = [proc]
         try:

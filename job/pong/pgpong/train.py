@@ -162,7 +162,8 @@ class Trainer:
                 # line past the checkpoint, which a resume trims and runs again; never a gap
                 checkpoint.append_metrics(
                     cfg.run_dir,
-                    rec | {
+                    rec
+                    | {
                         "time": time.time(),
                         "total_seconds": s.seconds,
                         "total_episodes": s.episodes,

@@ -9,7 +9,6 @@ import os
 import ray
 
 from . import rollout
-
 from .logline import peak_rss_mb
 
 
@@ -42,8 +41,14 @@ class Worker:
     def describe(self):
         threads, blas = blas_report()
         env = {k: os.environ.get(k, "") for k in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")}
-        return {"node": self.node, "pid": os.getpid(), "blas_threads": threads, "blas": blas, "env": env,
-                "peak_rss_mb": peak_rss_mb()}  # fmt: skip
+        return {
+            "node": self.node,
+            "pid": os.getpid(),
+            "blas_threads": threads,
+            "blas": blas,
+            "env": env,
+            "peak_rss_mb": peak_rss_mb(),
+        }
 
     def play(self, weights, seed, update, episode):
         """Play one episode into the running sum; `weights` is [ref], fetched once per update."""
