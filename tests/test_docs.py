@@ -40,8 +40,8 @@ DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 CITING = [
     *DOCS,
     REPO / "Makefile",
-    REPO / "requirements.txt",
-    REPO / "requirements-dev.txt",
+    *sorted(REPO.glob("requirements*.in")),
+    *sorted(REPO.glob("requirements*.txt")),
     *sorted(
         p
         for ext in ("py", "sh", "yaml")

@@ -13,7 +13,7 @@ drawn from a stream seeded by (--seed, game), so the same seed replays the same 
 Writes the first game as an animated GIF (screens upscaled, nearest neighbour) and
 its last screen, the final score, as a PNG beside it. The last line sums up all games:
 `mean_point_difference` is the mean of (agent's points - computer's points) per game,
-above 0 when the agent beats the built-in AI on average. Needs Pillow (requirements-dev.txt).
+above 0 when the agent beats the built-in AI on average. Needs Pillow (requirements-tools.in, from its lock).
 """
 
 import os

@@ -8,7 +8,7 @@ How to run (from the repo root; `make plot RUN=...` does the same):
 It works on a run still in progress: the line the trainer is writing right now is
 skipped until it is whole. The title is the run's config, from its newest
 checkpoint (or, before the first checkpoint, what the metrics tell).
-Needs matplotlib (requirements-dev.txt); the cluster never imports this module.
+Needs matplotlib (requirements-tools.in, installed from its lock by `make plot`); the cluster never imports this module.
 """
 
 import os
