@@ -299,7 +299,6 @@ def run(command, env, timeout=300, cwd=REPO):
 def local_ray():
     """Ray inside the test process (2 CPUs), for tests that drive the trainer's classes directly."""
     import ray
-    from pong_helpers import JOB_DIR
 
     runtime_env = {"env_vars": {"PYTHONPATH": str(JOB_DIR), **THREADS}}  # as the job's working dir does
     ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="error", runtime_env=runtime_env)

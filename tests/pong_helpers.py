@@ -1,11 +1,7 @@
-"""Shared pieces of the trainer tests: where the job lives, and a sparse replay."""
-
-import pathlib
+"""Shared pieces of the trainer tests: a sparse replay."""
 
 import numpy as np
 from pgpong import policy, rollout
-
-JOB_DIR = pathlib.Path(__file__).resolve().parents[1] / "job" / "pong"  # pytest puts it on sys.path
 
 
 def sparse_replay(screens, ups, rewards, params):
@@ -23,14 +19,10 @@ def sparse_replay(screens, ups, rewards, params):
     for t, screen in enumerate(screens):
         tr.ensure(t)
         forced = -1.0 if ups[t] else 2.0  # u < p always / never
-        policy.policy_step(
-            screen, prev, t == 0, w1t, w2, forced, t, tr.idx, tr.sign, tr.starts, tr.hid, tr.probs, tr.ups
-        )
+        tr.step(screen, prev, t == 0, w1t, w2, forced, t)
     advantage = policy.standardize(policy.discount_rewards(np.asarray(rewards))).astype(np.float32)
     gw1t = np.zeros_like(w1t)
     gw2 = np.zeros_like(w2)
     touched = np.zeros(policy.D, dtype=np.bool_)
-    policy.accumulate_gradient(
-        n, tr.idx, tr.sign, tr.starts, tr.hid, tr.probs, tr.ups, advantage, w2, gw1t, gw2, touched
-    )
+    tr.gradient(n, advantage, w2, gw1t, gw2, touched)
     return tr.probs[:n].copy(), {"W1": gw1t.T, "W2": gw2}, touched

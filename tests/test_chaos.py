@@ -14,10 +14,9 @@ import time
 import uuid
 
 import pytest
-from conftest import cluster_processes, fields, two_node_cluster
+from conftest import JOB_DIR, cluster_processes, fields, two_node_cluster
 from helpers_jobs import job, logs, plain_submit, wait_for, wait_until_done
 from pgpong import checkpoint
-from pong_helpers import JOB_DIR
 
 SEED = 17
 UPDATES = 10

@@ -8,8 +8,8 @@ import textwrap
 
 import numpy as np
 import pytest
+from conftest import JOB_DIR
 from pgpong import checkpoint, policy
-from pong_helpers import JOB_DIR
 
 
 def make_state(update, seed=0, env="Pong-v0"):

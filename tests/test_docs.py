@@ -197,7 +197,7 @@ def run_tiny():
                 "2",
                 "--workers",
                 "1",
-                "--seconds",
+                "--pairs",
                 "1",
                 "--textbook-episodes",
                 "1",

@@ -7,8 +7,8 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import JOB_DIR
 from pgpong import checkpoint, policy, rollout
-from pong_helpers import JOB_DIR
 
 
 def played(learner, params, episodes, update=1, seed=5):

@@ -11,9 +11,8 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import REPO, THREADS, fields
+from conftest import JOB_DIR, REPO, THREADS, fields
 from pgpong import config, plan, train
-from pong_helpers import JOB_DIR
 
 # What `python -m pgpong.plan calibrate` measured here: a batch-10 and a batch-300 run of the
 # trainer, and beside them, the whole time, a probe process playing episodes (its rate).

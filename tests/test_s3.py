@@ -6,10 +6,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import moto_server
+from conftest import JOB_DIR, moto_server
 from pgpong import checkpoint, watch
 from pgpong.store import StoreError
-from pong_helpers import JOB_DIR
 from test_checkpoint import make_state
 
 

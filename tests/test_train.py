@@ -6,9 +6,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import THREADS, assert_same_run, read_metrics, train_locally
+from conftest import JOB_DIR, THREADS, assert_same_run, read_metrics, train_locally
 from pgpong import config, train
-from pong_helpers import JOB_DIR
 
 
 def lines(out, prefix):
@@ -29,7 +28,7 @@ metrics = read_metrics
         (["--batch-size", "-3"], "argument --batch-size: must be a whole number >= 1, not '-3'"),
         (["--updates", "ten"], "argument --updates: must be a whole number >= 0, not 'ten'"),
         (["--workers", "0"], "argument --workers: must be 'auto' or a whole number >= 1, not '0'"),
-        (["--learning-rate", "nan"], "argument --learning-rate: must be a number > 0, not 'nan'"),
+        (["--learning-rate", "nan"], "argument --learning-rate: must be 'auto' or a number > 0, not 'nan'"),
         (["--checkpoint-every", "1.5"], "argument --checkpoint-every: must be a whole number >= 1, not '1.5'"),
         (["--bogus", "1"], "unrecognized arguments: --bogus 1"),
         (["--env", "NoSuchGame-v9"], "unknown env id 'NoSuchGame-v9'"),
@@ -55,7 +54,8 @@ def test_unwritable_run_dir_is_one_line(tmp_path):
 
 def test_config_defaults_are_the_job_defaults():
     cfg = config.parse_args([])
-    assert (cfg.batch_size, cfg.workers, cfg.env, cfg.learning_rate, cfg.updates) == (300, "auto", "Pong-v0", 1e-4, 0)
+    defaults = (cfg.batch_size, cfg.workers, cfg.env, cfg.learning_rate, cfg.learning_rate_rule, cfg.updates)
+    assert defaults == (300, "auto", "Pong-v0", config.auto_learning_rate(300), "auto", 0)
     assert cfg.run_dir.startswith(config.DEFAULT_RUNS)
 
 

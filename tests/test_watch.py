@@ -7,11 +7,10 @@ import urllib.request
 import uuid
 
 import pytest
-from conftest import REPO, clean_env, fields, run
+from conftest import JOB_DIR, REPO, clean_env, fields, run
 from conftest import train_locally as run_cli
 from pgpong import checkpoint, play, plot, rollout, watch
 from PIL import Image
-from pong_helpers import JOB_DIR
 from test_s3 import s3, s3_endpoint  # noqa: F401  (moto's S3 on loopback: a run dir on S3)
 
 METRICS_TIMEOUT_S = 60  # Ray's metrics agent exports what the driver recorded every ~10 s

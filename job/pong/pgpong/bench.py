@@ -5,15 +5,24 @@ How to run (from job/pong; `make bench` does this):
     python -m pgpong.bench                      # batch 300, one actor per CPU
     python -m pgpong.bench --batch-size 30      # quicker, same measurements
 
-All three phases run in one invocation, on the same number of single-CPU Ray
-actors, with the same env settings:
+All phases run in one invocation, on the same number of single-CPU Ray actors, with
+the same env settings:
 
-1. raw emulator: the same stepping code with random actions and no policy;
-2. trainer: one real update at --batch-size (rollouts, reduce, RMSProp, checkpoint);
-3. textbook: dense float64 policy, one matrix-vector product per step, one full
-   gradient per episode sent to the driver (Ray's Pong example, on a pool).
+1. paired: rounds in which every actor plays one episode of the bare emulator (the
+   same stepping code, random actions, no policy), one of the trainer's actor code
+   (policy, gradient, fixed-point sum) and one of the textbook's (dense float64
+   policy, one matrix-vector product per step), in turn (the order reversed every
+   other round), each design timed on its own episodes. Adjacent episodes see the same machine, so a drift in its speed, which
+   on a shared machine is larger than the gaps measured here, cancels out of their
+   ratios;
+2. trainer: one real update at --batch-size (dispatch, rollouts, reduce, RMSProp,
+   checkpoint); how busy it kept its actors;
+3. textbook: Ray's Pong example on a pool, one full gradient per episode to the
+   driver; how busy it kept its actors.
 
-Each prints one `bench phase=...` line; the last line compares them.
+trainer_vs_raw is the paired ratio times the update's actor busy share, less the
+driver's own CPU share: what the trainer keeps of the emulator's speed. Each phase
+prints one `bench phase=...` line; the last line compares them.
 """
 
 import argparse
@@ -31,25 +40,24 @@ TARGET_VS_RAW = 0.90
 TARGET_VS_TEXTBOOK = 3.0
 
 
-@ray.remote(num_cpus=0)  # reserves no CPU, so it can stay alive (idle) while the trainer's actors run
-class RawEmulator:
-    def __init__(self, env_id):
-        self.stepper = rollout.AtariStepper(env_id)
+@ray.remote(num_cpus=1)
+class PairedActor:
+    """The three designs in one process, each timed on its own episodes."""
 
-    def run(self, seconds, seed):
-        """Step with random actions for about `seconds`; return (steps, elapsed)."""
-        steps, episode = 0, 0
-        start = time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            stream = rollout.RandomStream(seed, 0, episode, self.stepper.frameskip)
-            self.stepper.reset()
-            over = False
-            while not over:
-                u, frames, sticky = stream.next()
-                _, over = self.stepper.step(u < 0.5, frames, sticky)
-                steps += 1
-            episode += 1
-        return steps, time.perf_counter() - start
+    def __init__(self, env_id, params):
+        self.learner = rollout.Learner(env_id)
+        self.learner.set_weights(params)
+        self.book = textbook.TextbookLearner(env_id)
+        self.book.set_weights(params)
+
+    def play(self, design, seed, episode):
+        """(env steps, seconds) of one episode of `design`."""
+        if design == "raw":
+            start = time.perf_counter()
+            steps = rollout.raw_episode(self.learner.stepper, seed, 0, episode)
+            return steps, time.perf_counter() - start
+        result = self.learner.play(seed, 1, episode) if design == "trainer" else self.book.play(seed, 1, episode)[0]
+        return result.steps, result.seconds
 
 
 @ray.remote(num_cpus=1)
@@ -64,10 +72,40 @@ class TextbookWorker:
         return self.learner.play(seed, update, episode)  # (result, full dense float64 gradient)
 
 
-def bench_raw(actors, seconds):
-    """Every actor steps for `seconds` at once; returns (steps, core-seconds)."""
-    runs = ray.get([a.run.remote(seconds, i) for i, a in enumerate(actors)])
-    return sum(s for s, _ in runs), sum(t for _, t in runs)
+def bench_paired(env_id, workers, pairs, params):
+    """Rounds of one episode per actor of each design in turn, every actor on the same
+    design at once, as in its own phase (the textbook's 10 MB matrix-vector products
+    would slow a neighbour's emulator through the shared cache and memory)."""
+    actors = [PairedActor.remote(env_id, params) for _ in range(workers)]
+    totals = {name: [0, 0.0] for name in ("raw", "trainer", "textbook")}
+    for name in totals:  # untimed: the first call of each loads its kernels
+        ray.get([a.play.remote(name, 99, 0) for a in actors])
+    for i in range(pairs):
+        order = list(totals) if i % 2 == 0 else list(totals)[::-1]  # no design always goes first
+        for name in order:
+            for steps, seconds in ray.get([a.play.remote(name, 100 + k, i) for k, a in enumerate(actors)]):
+                totals[name][0] += steps
+                totals[name][1] += seconds
+    for a in actors:
+        ray.kill(a)  # give their CPUs back
+    rate = {name: steps / seconds for name, (steps, seconds) in totals.items()}
+    return {
+        "phase": "paired",
+        "workers": workers,
+        "episodes": pairs * workers,
+        "raw_env_steps_per_s": rate["raw"],
+        "trainer_env_steps_per_s": rate["trainer"],
+        "textbook_env_steps_per_s": rate["textbook"],
+        "trainer_vs_raw": rate["trainer"] / rate["raw"],
+        "trainer_vs_textbook": rate["trainer"] / rate["textbook"],
+    }
+
+
+def busy_share(busy_s, driver_cpu_s, workers, seconds):
+    """The share of the actors' CPUs spent playing: their episodes' time over workers x
+    wall time, less what the driver's own CPU time took from the same machine."""
+    capacity = workers * seconds
+    return busy_s / capacity * (1 - driver_cpu_s / capacity)
 
 
 def bench_trainer(env_id, workers, batch_size, run_dir):
@@ -77,9 +115,12 @@ def bench_trainer(env_id, workers, batch_size, run_dir):
     state, _ = train.initial_state(cfg)
     trainer = train.Trainer(cfg, state, out=lambda line: None)
     trainer.start_pool()
+    cpu = time.process_time()
     rec = trainer.run()[0]
+    driver_cpu_s = time.process_time() - cpu
     trainer.pool.shutdown()  # give their CPUs back
     total = rec["seconds"] + rec["checkpoint_s"]
+    busy_s = sum(r.seconds for r in trainer.last_results)
     return {
         "phase": "trainer",
         "workers": workers,
@@ -92,6 +133,8 @@ def bench_trainer(env_id, workers, batch_size, run_dir):
         "rmsprop_s": rec["update_s"],
         "checkpoint_s": rec["checkpoint_s"],
         "driver_bytes": rec["driver_bytes"],
+        "driver_cpu_s": driver_cpu_s,
+        "actor_busy": busy_share(busy_s, driver_cpu_s, workers, total),
     }
 
 
@@ -99,17 +142,20 @@ def bench_textbook(env_id, workers, episodes):
     params = policy.init_params(np.random.default_rng(0))
     actors = [TextbookWorker.remote(env_id) for _ in range(workers)]
     ray.get([a.set_weights.remote(params) for a in actors])
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     refs = [actors[e % workers].play.remote(0, 1, e) for e in range(episodes)]
     grad = {k: np.zeros(v.shape) for k, v in params.items()}
-    steps, nbytes = 0, 0
+    steps, nbytes, busy_s = 0, 0, 0.0
     for ref in refs:  # the driver receives and sums one full gradient per episode
         result, g = ray.get(ref)
         steps += result.steps
+        busy_s += result.seconds
         for k in grad:
             grad[k] += g[k]
             nbytes += g[k].nbytes
-    elapsed = time.perf_counter() - start
+    elapsed, driver_cpu_s = time.perf_counter() - start, time.process_time() - cpu
+    for a in actors:
+        ray.kill(a)
     return {
         "phase": "textbook",
         "workers": workers,
@@ -118,6 +164,8 @@ def bench_textbook(env_id, workers, episodes):
         "seconds": elapsed,
         "env_steps_per_s_per_core": steps / elapsed / workers,
         "driver_bytes": nbytes,
+        "driver_cpu_s": driver_cpu_s,
+        "actor_busy": busy_share(busy_s, driver_cpu_s, workers, elapsed),
     }
 
 
@@ -125,13 +173,15 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m pgpong.bench", description=__doc__.split("\n")[0])
     p.add_argument("--batch-size", type=int, default=300, help="episodes in the trainer's update (default 300)")
     p.add_argument("--workers", type=int, default=0, help="actors in every phase (default: one per CPU)")
-    p.add_argument("--seconds", type=float, default=30.0, help="length of the raw-emulator phase")
+    p.add_argument(
+        "--pairs", type=int, default=10, help="episodes of each design per actor in the paired phase (default 10)"
+    )
     p.add_argument(
         "--textbook-episodes", type=int, default=0, help="episodes of the textbook phase (default 4 per worker)"
     )
     p.add_argument("--env", default="Pong-v0")
     args = p.parse_args(argv)
-    if args.batch_size < 1 or args.workers < 0 or args.seconds <= 0 or args.textbook_episodes < 0:
+    if args.batch_size < 1 or args.workers < 0 or args.pairs < 1 or args.textbook_episodes < 0:
         p.error("sizes must be positive")
     rollout.check_env_id(args.env)
     ray.init(address=os.environ.get("RAY_ADDRESS", "local"), logging_level="warning")
@@ -149,30 +199,17 @@ def main(argv=None):
         ),
         flush=True,
     )
-    # The raw emulator runs half before and half after the trainer, so a drift in the
-    # machine's speed (another process, thermal limits) weighs on both sides alike.
-    emulators = [RawEmulator.remote(args.env) for _ in range(workers)]
-    before = bench_raw(emulators, args.seconds / 2)
+    params = policy.init_params(np.random.default_rng(0))
+    paired = bench_paired(args.env, workers, args.pairs, params)
+    print(kv("bench", **paired), flush=True)
     with tempfile.TemporaryDirectory() as run_dir:
         trained = bench_trainer(args.env, workers, args.batch_size, run_dir)
         assert checkpoint.checkpoints(run_dir), "the benchmark's update wrote no checkpoint"
-    after = bench_raw(emulators, args.seconds / 2)
-    steps, core_seconds = before[0] + after[0], before[1] + after[1]
-    raw = {
-        "phase": "raw_emulator",
-        "workers": workers,
-        "env_steps": steps,
-        "seconds": core_seconds / workers,
-        "env_steps_per_s_per_core": steps / core_seconds,
-        "before": before[0] / before[1],
-        "after": after[0] / after[1],
-    }
-    print(kv("bench", **raw), flush=True)
     print(kv("bench", **trained), flush=True)
     book = bench_textbook(args.env, workers, args.textbook_episodes or 4 * workers)
     print(kv("bench", **book), flush=True)
-    vs_raw = trained["env_steps_per_s_per_core"] / raw["env_steps_per_s_per_core"]
-    vs_book = trained["env_steps_per_s_per_core"] / book["env_steps_per_s_per_core"]
+    vs_raw = paired["trainer_vs_raw"] * trained["actor_busy"]
+    vs_book = paired["trainer_vs_textbook"] * trained["actor_busy"] / book["actor_busy"]
     ok = vs_raw >= TARGET_VS_RAW and vs_book >= TARGET_VS_TEXTBOOK
     print(
         kv(

@@ -1,12 +1,18 @@
 """The trainer's one config object. Each field's help text is its CLI help."""
 
 import argparse
+import bisect
 import dataclasses
+import functools
+import json
+import math
 import os
 import sys
 import time
 
 DEFAULT_RUNS = "~/pong-runs"
+KARPATHY_LEARNING_RATE = 1e-4  # pg-pong's own step size: the reference, one flag away
+RATES_FILE = os.path.join(os.path.dirname(__file__), "learning_rates.json")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,12 +24,25 @@ class Config:
     )
     seed: int = dataclasses.field(default=0, metadata={"help": "seeds the weights and every episode"})
     env: str = dataclasses.field(default="Pong-v0", metadata={"help": "ALE env id, e.g. Pong-v0 or ALE/Pong-v5"})
-    learning_rate: float = dataclasses.field(default=1e-4, metadata={"help": "RMSProp learning rate"})
+    learning_rate: float = dataclasses.field(
+        default="auto",
+        metadata={
+            "help": "RMSProp step size: a number, or auto = the rule measured for the batch size "
+            f"(pgpong/learning_rates.json); {KARPATHY_LEARNING_RATE:g} is Karpathy's"
+        },
+    )
+    # Not a flag: how learning_rate was chosen, "auto" or "given", kept with the run's config.
+    learning_rate_rule: str = dataclasses.field(default="given", metadata={"cli": False})
     run_dir: str = dataclasses.field(
         default="",
         metadata={"help": f"checkpoints and metrics.jsonl; reused to resume (default {DEFAULT_RUNS}/<time>)"},
     )
     checkpoint_every: int = dataclasses.field(default=10, metadata={"help": "updates between checkpoints"})
+
+    def __post_init__(self):
+        if self.learning_rate == "auto":  # resolved once, so the run's config records the number used
+            object.__setattr__(self, "learning_rate", auto_learning_rate(self.batch_size))
+            object.__setattr__(self, "learning_rate_rule", "auto")
 
 
 def _positive_int(text):
@@ -53,12 +72,41 @@ def _positive_float(text):
     return value
 
 
+def _learning_rate(text):
+    return text if text == "auto" else _positive_float(text)
+
+
+@functools.cache
+def learning_rate_rule():
+    """The rule's points [(batch size, learning rate), ...] by batch size, from RATES_FILE."""
+    with open(RATES_FILE) as f:
+        points = sorted((int(b), float(r)) for b, r in json.load(f)["rule"])
+    if not points or any(r <= 0 for _, r in points):
+        raise ValueError(f"{RATES_FILE} has no usable rule")
+    return points
+
+
+def auto_learning_rate(batch_size):
+    """The measured rule: the best learning rate found at each measured batch size, straight
+    lines between them on log-log axes, and the nearest measured one outside their range."""
+    points = learning_rate_rule()
+    sizes = [b for b, _ in points]
+    if batch_size <= sizes[0]:
+        return points[0][1]
+    if batch_size >= sizes[-1]:
+        return points[-1][1]
+    i = bisect.bisect_right(sizes, batch_size)
+    (b0, r0), (b1, r1) = points[i - 1], points[i]
+    t = math.log(batch_size / b0) / math.log(b1 / b0)
+    return float(f"{math.exp(math.log(r0) + t * math.log(r1 / r0)):.3g}")
+
+
 _TYPES = {
     "batch_size": (_positive_int, "a whole number >= 1"),
     "updates": (_non_negative_int, "a whole number >= 0"),
     "workers": (_workers, "'auto' or a whole number >= 1"),
     "seed": (_non_negative_int, "a whole number >= 0"),
-    "learning_rate": (_positive_float, "a number > 0"),
+    "learning_rate": (_learning_rate, "'auto' or a number > 0"),
     "checkpoint_every": (_positive_int, "a whole number >= 1"),
 }
 
@@ -82,6 +130,8 @@ def _checked(convert, wanted):
 def parser(prog="python -m pgpong.train"):
     p = _Parser(prog=prog, description="Train Pong with Karpathy's policy gradient on Ray actors.")
     for f in dataclasses.fields(Config):
+        if not f.metadata.get("cli", True):
+            continue
         convert, wanted = _TYPES.get(f.name, (str, "text"))
         p.add_argument(
             "--" + f.name.replace("_", "-"),

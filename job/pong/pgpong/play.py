@@ -50,22 +50,7 @@ class Policy:
 
     def act(self, screen, first, u):
         """UP (True) iff u < P(UP): u uniform samples the policy, u = 0.5 plays it greedily."""
-        tr = self.trace
-        up, _ = policy.policy_step(
-            screen,
-            self.prev,
-            first,
-            self.w1t,
-            self.w2,
-            u,
-            0,
-            tr.idx,
-            tr.sign,
-            tr.starts,
-            tr.hid,
-            tr.probs,
-            tr.ups,
-        )
+        up, _ = self.trace.step(screen, self.prev, first, self.w1t, self.w2, u, 0)
         return bool(up)
 
 

@@ -68,6 +68,11 @@ def rmsprop_step(params, grads, cache, learning_rate):
         w += learning_rate * g / (np.sqrt(cache[k]) + EPSILON)
 
 
+# 1 for a red-channel value that is a paddle or the ball, 0 for the two background
+# colours and black: prepro's test as a table, a third faster in the kernel below.
+FOREGROUND = np.ones(256, dtype=np.uint8)
+FOREGROUND[[0, 144, 109]] = 0
+
 # ---------------------------------------------------------------------------
 # Fused per-step kernel. One call does preprocessing, the frame difference,
 # the sparse forward pass, action sampling and recording the step, because a
@@ -85,14 +90,13 @@ def policy_step(screen, prev, first, w1t, w2, u, t, idx, sign, starts, hid, prob
     """
     pos = starts[t]
     for i in range(80):
-        row = 35 + 2 * i
+        row = screen[35 + 2 * i]
         for j in range(80):
-            v = screen[row, 2 * j, 0]
-            b = np.uint8(0) if (v == 0 or v == 144 or v == 109) else np.uint8(1)
+            b = FOREGROUND[row[2 * j, 0]]
             k = i * 80 + j
-            if not first and b != prev[k]:
+            if b != prev[k] and not first:
                 idx[pos] = k
-                sign[pos] = np.float32(1.0) if b > prev[k] else np.float32(-1.0)
+                sign[pos] = np.float32(1.0) if b else np.float32(-1.0)
                 pos += 1
             prev[k] = b
     starts[t + 1] = pos

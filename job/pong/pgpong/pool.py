@@ -180,29 +180,14 @@ class RolloutPool:
             nbytes += rollout.grad_nbytes(grad)
             expected = sorted(ep for m in members for ep in owned.pop(m, []))
             held = sorted(grad["episodes"][:, 1].tolist())
+            said = {"actors": ",".join(map(str, members)), "expected": len(expected), "held": len(held)}
             if not ledger.accept(grad["episodes"]):
-                self.out(
-                    kv(
-                        "ledger",
-                        actors=",".join(map(str, members)),
-                        expected=len(expected),
-                        held=len(held),
-                        action="discarded",
-                    )
-                )
+                self.out(kv("ledger", **said, action="discarded"))
                 continue
             rollout.add_sparse(*total, grad)
             self.sums_received += 1
             if held != expected:  # e.g. an actor that died idle and came back with an empty sum
-                self.out(
-                    kv(
-                        "ledger",
-                        actors=",".join(map(str, members)),
-                        expected=len(expected),
-                        held=len(held),
-                        action="replay",
-                    )
-                )
+                self.out(kv("ledger", **said, action="replay"))
         return nbytes
 
 

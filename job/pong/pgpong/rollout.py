@@ -14,6 +14,7 @@ previously executed action is repeated instead of the chosen one.
 
 import dataclasses
 import math
+import time
 import warnings
 
 import numba
@@ -139,6 +140,18 @@ class Trace:
             self.idx = np.resize(self.idx, n)
             self.sign = np.resize(self.sign, n)
 
+    def step(self, screen, prev, first, w1t, w2, u, t):
+        """policy.policy_step for step t, recorded here; returns (UP?, non-zero pixels)."""
+        return policy.policy_step(
+            screen, prev, first, w1t, w2, u, t, self.idx, self.sign, self.starts, self.hid, self.probs, self.ups
+        )
+
+    def gradient(self, n, advantage, w2, gw1t, gw2, touched):
+        """policy.accumulate_gradient of the first n recorded steps, into gw1t, gw2 and touched."""
+        policy.accumulate_gradient(
+            n, self.idx, self.sign, self.starts, self.hid, self.probs, self.ups, advantage, w2, gw1t, gw2, touched
+        )
+
 
 @dataclasses.dataclass
 class EpisodeResult:
@@ -146,6 +159,20 @@ class EpisodeResult:
     reward: float
     steps: int
     nonzero: int  # non-zero input pixels over the whole episode
+    seconds: float = 0.0  # the actor's time for it: play, gradient, fold (make bench weighs it)
+
+
+def raw_episode(stepper, seed, update, episode):
+    """One episode of the bare emulator: the same stepping and random stream, no policy
+    (UP with probability 0.5). Returns its env steps; make bench's yardstick."""
+    stream = RandomStream(seed, update, episode, stepper.frameskip)
+    stepper.reset()
+    steps, over = 0, False
+    while not over:
+        u, frames, sticky = stream.next()
+        _, over = stepper.step(u < 0.5, frames, sticky)
+        steps += 1
+    return steps
 
 
 # Fixed point for gradient sums. Each episode's gradient is computed on its own (in a
@@ -192,6 +219,7 @@ class Learner:
 
     def play(self, seed, update, episode):
         """Play one episode, fold its gradient into the sum; return its result."""
+        started = time.perf_counter()
         stream = RandomStream(seed, update, episode, self.stepper.frameskip)
         st, tr = self.stepper, self.trace
         screen = st.reset()
@@ -200,47 +228,20 @@ class Learner:
         while not over:
             tr.ensure(t)
             u, frames, sticky = stream.next()
-            up, _ = policy.policy_step(
-                screen,
-                self.prev,
-                first,
-                self.w1t,
-                self.w2,
-                u,
-                t,
-                tr.idx,
-                tr.sign,
-                tr.starts,
-                tr.hid,
-                tr.probs,
-                tr.ups,
-            )
+            up, _ = tr.step(screen, self.prev, first, self.w1t, self.w2, u, t)
             reward, over = st.step(up, frames, sticky)
             tr.rewards[t] = reward
             total += reward
             first = False
             t += 1
         advantage = policy.standardize(policy.discount_rewards(tr.rewards[:t])).astype(np.float32)
-        policy.accumulate_gradient(
-            t,
-            tr.idx,
-            tr.sign,
-            tr.starts,
-            tr.hid,
-            tr.probs,
-            tr.ups,
-            advantage,
-            self.w2,
-            self.ep_w1t,
-            self.ep_w2,
-            self.ep_touched,
-        )
+        tr.gradient(t, advantage, self.w2, self.ep_w1t, self.ep_w2, self.ep_touched)
         if not fold_episode(
             self.ep_w1t, self.ep_w2, self.ep_touched, self.gw1t, self.gw2, self.touched, SCALE, EPISODE_LIMIT
         ):
             raise GradientOverflow(f"episode {episode} of update {update} has a gradient above {EPISODE_LIMIT:g}")
         self.ledger.append((update, episode))
-        return EpisodeResult(episode, total, t, int(tr.starts[t]))
+        return EpisodeResult(episode, total, t, int(tr.starts[t]), time.perf_counter() - started)
 
     def add(self, grad):
         """Fold another sum (from take_gradient) into this one, ledger included."""

@@ -5,6 +5,8 @@ gradient per episode. Tests use it as the reference the sparse kernels must
 equal; the benchmark measures it as the baseline to beat. No Ray here.
 """
 
+import time
+
 import numpy as np
 
 from . import policy
@@ -63,6 +65,7 @@ class TextbookLearner:
         self.model = {k: np.array(v, dtype=np.float64) for k, v in params.items()}
 
     def play(self, seed, update, episode, record=False):
+        started = time.perf_counter()
         stream = RandomStream(seed, update, episode, self.stepper.frameskip)
         screen = self.stepper.reset()
         prev = None
@@ -84,7 +87,8 @@ class TextbookLearner:
         advantage = policy.standardize(policy.discount_rewards(np.asarray(rewards, dtype=np.float64)))
         epdlogp = np.asarray(dlogps) * advantage
         grad = policy_backward(np.vstack(hs), np.vstack(xs), epdlogp, self.model)
-        result = EpisodeResult(episode, float(sum(rewards)), len(rewards), int(np.count_nonzero(np.vstack(xs))))
+        nonzero = int(np.count_nonzero(np.vstack(xs)))
+        result = EpisodeResult(episode, float(sum(rewards)), len(rewards), nonzero, time.perf_counter() - started)
         if record:
             return result, grad, screens, ups, rewards
         return result, grad

@@ -221,8 +221,23 @@ def initial_state(cfg):
         params = policy.init_params(np.random.default_rng(cfg.seed))
         return checkpoint.State(params=params, cache=policy.zeros_like_params(params), config=as_dict), False
     checkpoint.trim_metrics(cfg.run_dir, state.update)
-    state.config = as_dict
+    state.config = dataclasses.asdict(keep_learning_rate(cfg, state.config))
     return state, True
+
+
+def keep_learning_rate(cfg, made_with):
+    """A resumed run keeps its own learning rate unless --learning-rate names one: resuming
+    without the flag must not change the step size under the run (nor move a run made with
+    Karpathy's 1e-4 onto the auto rule). made_with is the checkpoint's config."""
+    rate = made_with.get("learning_rate")
+    if cfg.learning_rate_rule != "auto" or not isinstance(rate, float) or rate == cfg.learning_rate:
+        return cfg
+    print(
+        f"note: resuming with the run's own learning_rate={rate:g}, not auto's {cfg.learning_rate:g} "
+        f"for batch {cfg.batch_size}; give --learning-rate to change it",
+        flush=True,
+    )
+    return dataclasses.replace(cfg, learning_rate=rate, learning_rate_rule="kept")
 
 
 def main(argv=None):
@@ -234,6 +249,7 @@ def main(argv=None):
     except rollout.EnvError as e:
         fail(str(e))
     state, resumed = initial_state(cfg)
+    cfg = config.Config(**state.config)  # a resumed run may keep its own learning rate
 
     import ray
 

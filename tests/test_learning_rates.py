@@ -1,0 +1,74 @@
+"""--learning-rate auto: the rule in pgpong/learning_rates.json, the measurements behind it, and the flag."""
+
+import dataclasses
+import json
+import math
+
+import pytest
+from conftest import REPO
+from pgpong import compare, config, train, watch
+
+with open(config.RATES_FILE) as f:
+    TABLE = json.load(f)
+RUNS = TABLE["runs"]
+
+
+@pytest.mark.parametrize("entry", RUNS, ids=lambda e: f"b{e['batch_size']}-lr{e['learning_rate']:g}")
+def test_every_figure_of_the_table_is_its_runs_committed_metrics(entry):
+    """The table is what the runs measured: recomputed here from each run's metrics in docs/."""
+    records = watch.read_metrics(str(REPO / entry["run"]))
+    first = records[0]
+    assert first["episodes"] == entry["batch_size"], "the run is not of this batch size"
+    at = compare.at_episodes(records, TABLE["milestone_episodes"])
+    assert at is not None, f"{entry['run']} never reached {TABLE['milestone_episodes']} episodes"
+    assert (round(at[0], 2), at[1]) == (entry["running_reward"], entry["update"])
+
+
+def test_the_rule_is_the_best_measured_rate_at_each_batch_size():
+    best = {}
+    for e in RUNS:
+        if e["batch_size"] not in best or e["running_reward"] > best[e["batch_size"]]["running_reward"]:
+            best[e["batch_size"]] = e
+    assert sorted(TABLE["rule"]) == sorted([b, e["learning_rate"]] for b, e in best.items())
+    assert len(best) >= 3, "measure at least a small, a middle and a large batch size"
+    assert sum(e["batch_size"] == 300 for e in RUNS) >= 2, "measure at least two rates at batch 300"
+
+
+def test_auto_goes_through_each_point_and_in_straight_lines_between_them_on_log_axes():
+    points = config.learning_rate_rule()
+    for b, r in points:
+        assert config.auto_learning_rate(b) == r
+    assert config.auto_learning_rate(1) == points[0][1]  # outside the measured range: the nearest point
+    assert config.auto_learning_rate(10 * points[-1][0]) == points[-1][1]
+    for (b0, r0), (b1, r1) in zip(points, points[1:], strict=False):
+        mid = round(math.sqrt(b0 * b1))
+        expected = math.exp(math.log(r0) + math.log(mid / b0) / math.log(b1 / b0) * math.log(r1 / r0))
+        assert config.auto_learning_rate(mid) == pytest.approx(expected, rel=1e-2)
+        assert min(r0, r1) <= config.auto_learning_rate(mid) <= max(r0, r1)
+
+
+@pytest.mark.parametrize(
+    "argv, rate, rule",
+    [
+        ([], config.auto_learning_rate(300), "auto"),
+        (["--batch-size", "10"], config.auto_learning_rate(10), "auto"),
+        (["--learning-rate", "auto", "--batch-size", "50"], config.auto_learning_rate(50), "auto"),
+        (["--learning-rate", "1e-4"], 1e-4, "given"),  # Karpathy's, one flag away
+        (["--learning-rate", "3e-3", "--batch-size", "10"], 3e-3, "given"),
+    ],
+)
+def test_the_flag_defaults_to_auto_and_a_number_always_wins(argv, rate, rule):
+    cfg = config.parse_args(argv)
+    assert (cfg.learning_rate, cfg.learning_rate_rule) == (rate, rule)
+    assert isinstance(cfg.learning_rate, float)
+
+
+def test_a_resumed_run_keeps_its_own_rate_unless_one_is_given(capsys):
+    made = dataclasses.asdict(config.Config(batch_size=300, learning_rate=1e-4))  # an old run, Karpathy's rate
+    kept = train.keep_learning_rate(config.Config(batch_size=300), made)
+    assert (kept.learning_rate, kept.learning_rate_rule) == (1e-4, "kept")
+    assert "resuming with the run's own learning_rate=0.0001" in capsys.readouterr().out
+    given = config.Config(batch_size=300, learning_rate=2e-3)
+    assert train.keep_learning_rate(given, made) == given  # the flag wins
+    same = config.Config(batch_size=300)
+    assert train.keep_learning_rate(same, dataclasses.asdict(same)) == same
