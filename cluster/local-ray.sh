@@ -163,6 +163,7 @@ down() {
     mapfile -t pids < <(marked_pids "$mark")
     if ((${#pids[@]} == 0)); then
         rm -f "$mark_file"
+        forget_address
         say "stopped: the head had already exited"
         return 0
     fi
@@ -176,7 +177,21 @@ down() {
     mapfile -t left < <(marked_pids "$mark")
     ((${#left[@]} == 0)) || kill -KILL "${left[@]}" 2>/dev/null || true
     rm -f "$mark_file"
+    forget_address
     say "stopped processes=${#pids[@]} killed_after_10s=${#left[@]}"
+}
+
+# Ray records the address of "the cluster on this machine" in ray_current_cluster, and a
+# plain ray.init() (make train, make bench) joins it. `ray stop` removes that file; we
+# must too, or those commands wait forever on the head we just stopped. Only if the
+# file names this head's port and no Ray process still listens there.
+forget_address() {
+    local current="${RAY_TMPDIR:-/tmp}/ray/ray_current_cluster" address
+    [[ -f "$current" ]] && address="$(cat "$current")" || return 0
+    [[ "$address" == *":$port" ]] || return 0
+    if ! (exec 3<>"/dev/tcp/${address%:*}/$port") 2>/dev/null; then
+        rm -f "$current"
+    fi
 }
 
 case "${1:-}" in
