@@ -36,8 +36,8 @@ export PATH="$venv/bin:$PATH"
 port=6379
 dashboard_port=8265
 dashboard="http://127.0.0.1:$dashboard_port"
-# The mark of the head that `up` started from this folder.
-mark_file="$repo/.cache/local-ray/head"
+# The mark of the head that `up` started from this folder (LOCAL_RAY_MARK: tests only).
+mark_file="${LOCAL_RAY_MARK:-$repo/.cache/local-ray/head}"
 
 say() { echo "local-ray: $*"; }
 die() { echo "local-ray: $*" >&2; exit 1; }

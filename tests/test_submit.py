@@ -3,6 +3,7 @@ refuses anyone without its token. Each mistake must give one plain line, no trac
 and must not create a job."""
 
 import json
+import socket
 import sys
 import urllib.error
 import urllib.request
@@ -158,3 +159,22 @@ def test_wait_follows_the_logs_and_exits_by_the_final_status(ray_cluster, tmp_pa
     assert "--batch-size: must be a whole number >= 1" in bad.stdout
     assert bad.stdout.strip().splitlines()[-1].endswith("status=FAILED"), bad.stdout
     assert_no_traceback(bad)
+
+
+@pytest.mark.parametrize("recorded", ["127.0.0.1:6379", "127.0.0.1:16379"])
+def test_local_down_forgets_only_its_stopped_heads_address(tmp_path, recorded):
+    """After `make local-down`, Ray's ray_current_cluster must not name the stopped head, or a plain
+    ray.init() (make train, make bench) waits on it forever; another head's address stays."""
+    current = tmp_path / "ray" / "ray_current_cluster"
+    current.parent.mkdir()
+    current.write_text(recorded)
+    mark = tmp_path / "head"
+    mark.write_text("a-mark-no-process-carries")  # the head has exited already
+    env = clean_env(RAY_TMPDIR=str(tmp_path), LOCAL_RAY_MARK=str(mark))
+    down = run(["bash", "cluster/local-ray.sh", "down"], env, timeout=60)
+    assert down.returncode == 0 and "the head had already exited" in down.stdout, down.stdout + down.stderr
+    with socket.socket() as s:
+        listening = s.connect_ex(("127.0.0.1", 6379)) == 0  # a head still answers there: keep the file
+    ours = recorded.endswith(":6379") and not listening
+    assert current.exists() != ours, (recorded, listening)
+    assert not mark.exists()
