@@ -73,15 +73,18 @@ def isolated_home():
 
     `make test` exports RAY_AUTH_MODE=token, and Ray then writes ~/.ray/auth_token; a local
     Ray writes its session under /tmp/ray. Neither may land outside the suite's temp dirs.
+    The suite's Ray head (ray_head) lives here too, and stops at the end.
     """
     # short: Ray puts Unix sockets under RAY_TMPDIR, and their paths are limited to 107 bytes
     root = Path(tempfile.mkdtemp(prefix="pongtest-", dir="/tmp"))
-    saved = {k: os.environ.get(k) for k in ("HOME", "RAY_TMPDIR")}
+    saved = {k: os.environ.get(k) for k in ("HOME", "RAY_TMPDIR", "RAY_AUTH_MODE")}
     (root / "home").mkdir()
     os.environ["HOME"], os.environ["RAY_TMPDIR"] = str(root / "home"), str(root / "ray")
+    os.environ["RAY_AUTH_MODE"] = "token"  # as `make test` sets it, also when pytest runs on its own
     try:
         yield root / "home"
     finally:
+        stop_ray_head()
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -91,8 +94,9 @@ def isolated_home():
 
 
 def clean_env(**extra):
-    """This process's environment without any Ray client settings, plus extra."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    """This process's environment without any Ray client settings, plus extra. RAY_TMPDIR stays: it keeps
+    whatever Ray the command starts inside the suite's temp dir (isolated_home)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_") or k == "RAY_TMPDIR"}
     for key in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL"):  # when run from `make test`
         env.pop(key, None)
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
@@ -295,13 +299,70 @@ def run(command, env, timeout=300, cwd=REPO):
     )
 
 
+# -- the suite's Ray head, where every trainer run of the suite trains -----------------------
+
+_HEAD = {}  # once started: {"session": its Unix session, "marker": bytes in the environ of its processes}
+
+
+def ray_head():
+    """Start, on first use, the suite's one-node Ray head (2 CPUs, token auth, free ports); returns its
+    GCS address. It is the suite's current cluster (its address file is under RAY_TMPDIR), so a trainer
+    run of a test joins it as `make train` joins a `make local-up` head: the tests pay for one Ray
+    start, not one per run. isolated_home stops it at the end."""
+    if "address" in _HEAD:
+        return _HEAD["address"]
+    token = Path(os.environ["HOME"]) / ".ray" / "auth_token"
+    if not token.exists():
+        token.parent.mkdir(parents=True, exist_ok=True)
+        token.write_text(uuid.uuid4().hex)
+    tag = uuid.uuid4().hex  # in the environment of the head's processes, which teardown finds by it
+    env = clean_env(RAY_AUTH_MODE="token", PONGTEST_HEAD=tag, **THREADS)
+    log = Path(os.environ["RAY_TMPDIR"]).parent / "ray-head.log"
+    with open(log, "a") as out:
+        for attempt in range(PORT_ATTEMPTS):  # a port free_port() chose may be taken before Ray binds it
+            gcs_port = free_port()
+            args = [
+                "--head",
+                f"--port={gcs_port}",
+                "--num-cpus=2",
+                "--include-dashboard=false",
+                f"--ray-client-server-port={free_port()}",
+                f"--dashboard-agent-listen-port={free_port()}",
+                "--object-store-memory=300000000",
+                "--disable-usage-stats",
+            ]
+            try:
+                _HEAD["session"] = start_node(args, env, out)
+                break
+            except RuntimeError:
+                if attempt == PORT_ATTEMPTS - 1:
+                    raise
+    _HEAD.update(marker=f"PONGTEST_HEAD={tag}".encode(), address=f"127.0.0.1:{gcs_port}")
+    return _HEAD["address"]
+
+
+def stop_ray_head():
+    if "session" in _HEAD:
+        kill_cluster([_HEAD["session"]], _HEAD["marker"])
+        left = cluster_processes([_HEAD["session"]], _HEAD["marker"])
+        _HEAD.clear()
+        assert not left, f"processes of the suite's Ray head survived: {left}"
+
+
+def trainer_env(**extra):
+    """The environment of a trainer run in a test (`python -m pgpong.train`, `make train`): no RAY_ADDRESS,
+    so ray.init() joins the suite's head; unbuffered, so a reader of its pipe sees each line when printed."""
+    ray_head()
+    return clean_env(RAY_AUTH_MODE="token", PYTHONUNBUFFERED="1", **THREADS, **extra)
+
+
 @pytest.fixture(scope="session")
 def local_ray():
-    """Ray inside the test process (2 CPUs), for tests that drive the trainer's classes directly."""
+    """Ray inside the test process, joined to the suite's head, for tests that drive the trainer's classes."""
     import ray
 
     runtime_env = {"env_vars": {"PYTHONPATH": str(JOB_DIR), **THREADS}}  # as the job's working dir does
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="error", runtime_env=runtime_env)
+    ray.init(address=ray_head(), logging_level="error", runtime_env=runtime_env)
     yield ray
     ray.shutdown()
 
@@ -321,14 +382,45 @@ def moto_server():
         server.stop()
 
 
-def train_locally(*args, timeout=600):
-    """`python -m pgpong.train ARGS` in the job dir on a fresh in-process Ray (never a running
-    cluster), unbuffered so a reader of its pipe sees each line when it is printed."""
-    env = dict(os.environ, RAY_ADDRESS="local", PYTHONUNBUFFERED="1", **THREADS)
+def moto_with_iam(tmp_path):
+    """A moto server of its own that checks credentials after 4 unchecked calls; (process, endpoint)."""
+    log = open(tmp_path / "moto.log", "w+")
+    server = subprocess.Popen(
+        [str(VENV_BIN / "moto_server"), "-H", "127.0.0.1", "-p", "0"],  # the OS picks the port
+        env=dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="4"),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 30
+    while "Running on http://" not in (tmp_path / "moto.log").read_text():
+        assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "moto.log").read_text()
+        time.sleep(0.2)
+    endpoint = (tmp_path / "moto.log").read_text().split("Running on ", 1)[1].split()[0]
+    return server, endpoint
+
+
+def aws_env(endpoint, key=None):
+    keys = (
+        {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
+        if key
+        else {"AWS_ACCESS_KEY_ID": "setup", "AWS_SECRET_ACCESS_KEY": "setup"}
+    )
+    return {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        "AWS_EC2_METADATA_DISABLED": "true",
+        **keys,
+    }
+
+
+def train_locally(*args, timeout=600, **extra_env):
+    """`python -m pgpong.train ARGS` in the job dir, on the suite's Ray head (trainer_env)."""
     return subprocess.run(
         [sys.executable, "-m", "pgpong.train", *args],
         cwd=JOB_DIR,
-        env=env,
+        env=trainer_env(**extra_env),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -350,6 +442,16 @@ def uninterrupted(tmp_path_factory):
         return made[args]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """One update of batch 2 by the real trainer CLI: a metrics line and a checkpoint. (stdout, run dir)
+    Shared: a test that changes the run works on a copy."""
+    run_dir = tmp_path_factory.mktemp("tiny") / "run"
+    proc = train_locally("--batch-size", "2", "--updates", "1", "--workers", "1", "--run-dir", str(run_dir))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout, run_dir
 
 
 # The fields of a metrics line that the seed alone decides. The others are timings, bytes

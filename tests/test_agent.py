@@ -6,9 +6,9 @@ import json
 
 import numpy as np
 import pytest
-from conftest import JOB_DIR, THREADS, clean_env, fields, run
+from conftest import JOB_DIR, clean_env, fields, run, trainer_env
 from pgpong import checkpoint, compare, watch
-from test_watch import only, tiny_run  # noqa: F401  (one update of batch 2 by the real trainer)
+from test_watch import only
 
 pytestmark = pytest.mark.slow
 
@@ -18,7 +18,7 @@ def make(*args, timeout=300):
 
 
 @pytest.fixture(scope="module")
-def shipped(tiny_run, tmp_path_factory):  # noqa: F811
+def shipped(tiny_run, tmp_path_factory):
     """`make ship` of the tiny run into a temp folder: (the make output, the agent folder, the images folder)."""
     root = tmp_path_factory.mktemp("ship")
     made = make("ship", f"RUN={tiny_run[1]}", f"SHIP_DIR={root / 'agent'}", f"IMAGES_DIR={root / 'images'}")
@@ -26,7 +26,7 @@ def shipped(tiny_run, tmp_path_factory):  # noqa: F811
     return made.stdout, root / "agent", root / "images"
 
 
-def test_ship_writes_float16_weights_that_play_and_the_whole_metrics(tiny_run, shipped):  # noqa: F811
+def test_ship_writes_float16_weights_that_play_and_the_whole_metrics(tiny_run, shipped):
     out, agent_dir, images = shipped
     [line] = map(fields, only(out, "ship "))
     original = checkpoint.load(tiny_run[1] / "ckpt-000001.npz")
@@ -63,7 +63,7 @@ def test_ship_refuses_a_run_without_checkpoints(tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
-def test_compare_reads_each_runs_reward_at_the_milestones(tiny_run):  # noqa: F811
+def test_compare_reads_each_runs_reward_at_the_milestones(tiny_run):
     records = watch.read_metrics(tiny_run[1])
     row = compare.summary(str(tiny_run[1]), [1, 2, 3])
     assert row["batch_size"] == 2 and row["episodes"] == 2 and row["updates"] == 1
@@ -103,10 +103,10 @@ def test_a_bad_sweep_setting_is_one_line_and_exit_2():
 
 
 def run_cli_module(module, *args):
-    """python -m <module> ARGS in the job dir, unbuffered, on a fresh in-process Ray (never a running cluster)."""
+    """python -m <module> ARGS in the job dir, unbuffered, on the suite's Ray head."""
     return run(
         ["python", "-m", module, *args],
-        clean_env(PYTHONUNBUFFERED="1", RAY_ADDRESS="local", **THREADS),
+        trainer_env(),
         cwd=JOB_DIR,
         timeout=600,
     )

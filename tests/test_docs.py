@@ -32,6 +32,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import THREADS, ray_head, trainer_env
 
 REPO = Path(__file__).resolve().parent.parent
 JOB_DIR = REPO / "job" / "pong"
@@ -50,7 +51,6 @@ CITING = [
     ),
 ]
 KINDS = ("start", "update", "trend", "done", "fault", "bench")
-TINY_ENV = dict(os.environ, RAY_ADDRESS="local", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", OMP_NUM_THREADS="1")
 
 
 # -- markdown -------------------------------------------------------------------------
@@ -164,52 +164,44 @@ def doc_samples():
     return found
 
 
-def run_tiny():
-    """The real trainer and benchmark, tiny, on a fresh in-process Ray; their stdout lines."""
-    with tempfile.TemporaryDirectory() as tmp:
-        train = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pgpong.train",
-                "--batch-size",
-                "2",
-                "--updates",
-                "1",
-                "--workers",
-                "1",
-                "--run-dir",
-                os.path.join(tmp, "run"),
-            ],
-            cwd=JOB_DIR,
-            env=TINY_ENV,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+def run_tiny(env, train_stdout=None):
+    """The stdout lines of the real trainer and benchmark, tiny, in env: train_stdout is that of a tiny
+    trainer run made already (the suite's tiny_run); without it, the trainer runs here too."""
+    if train_stdout is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            args = ["--batch-size", "2", "--updates", "1", "--workers", "1", "--run-dir", os.path.join(tmp, "run")]
+            train = subprocess.run(
+                [sys.executable, "-m", "pgpong.train", *args],
+                cwd=JOB_DIR,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
         assert train.returncode == 0, train.stdout + train.stderr
-        bench = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pgpong.bench",
-                "--batch-size",
-                "2",
-                "--workers",
-                "1",
-                "--pairs",
-                "1",
-                "--textbook-episodes",
-                "1",
-            ],
-            cwd=JOB_DIR,
-            env=TINY_ENV,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert bench.returncode in (0, 1), bench.stdout + bench.stderr  # 1 = verdict FAIL, still its lines
-    return train.stdout.splitlines() + bench.stdout.splitlines()
+        train_stdout = train.stdout
+    bench = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pgpong.bench",
+            "--batch-size",
+            "2",
+            "--workers",
+            "1",
+            "--pairs",
+            "1",
+            "--textbook-episodes",
+            "1",
+        ],
+        cwd=JOB_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert bench.returncode in (0, 1), bench.stdout + bench.stderr  # 1 = verdict FAIL, still its lines
+    return train_stdout.splitlines() + bench.stdout.splitlines()
 
 
 def fault_field_sets():
@@ -245,8 +237,8 @@ def expected_fields(lines):
 
 
 @pytest.fixture(scope="module")
-def expected():
-    found = expected_fields(run_tiny())
+def expected(tiny_run):
+    found = expected_fields(run_tiny(trainer_env(RAY_ADDRESS=ray_head()), tiny_run[0]))  # the bench needs the address
     missing = [k for k in ("start", "update", "trend", "done", "fault") if not found.get(k)]
     assert not missing, f"the tiny runs printed no line of kind {missing}"
     assert any(k.startswith("bench ") for k in found), "the tiny benchmark printed no bench line"
@@ -316,7 +308,7 @@ def test_every_sample_log_line_has_exactly_the_fields_the_code_prints(expected):
 if __name__ == "__main__":
     sys.path.insert(0, str(JOB_DIR))
     seen = set()
-    for line in run_tiny():
+    for line in run_tiny(dict(os.environ, RAY_ADDRESS="local", PYTHONUNBUFFERED="1", **THREADS)):
         parsed = line_kind(line)
         if parsed and parsed[0] not in seen:
             seen.add(parsed[0])

@@ -1,13 +1,9 @@
 """Gradient sums are exact: the same seed gives the same weights bit for bit, whatever the
 worker count or the order in which actors, nodes and replays contributed."""
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
-from conftest import JOB_DIR
+from conftest import train_locally
 from pgpong import checkpoint, policy, rollout
 
 
@@ -39,7 +35,6 @@ def test_a_sum_does_not_depend_on_who_played_what_or_in_which_order():
 
 
 def train(run_dir, workers):
-    env = dict(os.environ, RAY_ADDRESS="local", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", OMP_NUM_THREADS="1")
     args = [
         "--batch-size",
         "6",
@@ -56,9 +51,7 @@ def train(run_dir, workers):
         "--run-dir",
         str(run_dir),
     ]
-    proc = subprocess.run(
-        [sys.executable, "-m", "pgpong.train", *args], cwd=JOB_DIR, env=env, capture_output=True, text=True, timeout=600
-    )
+    proc = train_locally(*args)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     updates = [line for line in proc.stdout.splitlines() if line.startswith("update=")]
     assert len(updates) == 3 and all(" ledger=complete " in line + " " for line in updates), proc.stdout

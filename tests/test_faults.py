@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import JOB_DIR, THREADS, assert_same_run, fields, read_metrics, stop_job
+from conftest import JOB_DIR, assert_same_run, aws_env, fields, moto_with_iam, read_metrics, stop_job, trainer_env
 from pgpong import policy
 from pgpong.pool import RolloutPool
 
@@ -208,52 +208,6 @@ class LogFollower:
         self.proc.wait()
 
 
-@pytest.mark.slow
-def test_losing_a_node_mid_run_then_getting_one_back(tmp_path, uninterrupted):
-    """Two nodes; the second dies mid-training; training goes on; a new node joins; the pool grows back;
-    and the run ends with the bits of a run that lost nothing."""
-    from conftest import RAY, run, two_node_cluster
-
-    run_dir = tmp_path / "run"
-    args = ["--batch-size", "4", "--workers", "2", "--seed", "3", "--checkpoint-every", "1"]
-    with two_node_cluster() as cluster:
-        env = cluster.client_env(LAST_JOB_FILE=str(tmp_path / "last-job"))
-        submitted = run(
-            ["make", "submit", "JOB=pong", f"ARGS={' '.join(args)} --updates 0 --run-dir {run_dir}"], env, timeout=120
-        )
-        assert submitted.returncode == 0, submitted.stdout + submitted.stderr
-        job_id = (tmp_path / "last-job").read_text().strip()
-        logs = LogFollower(job_id, env)
-        try:
-            start = fields(logs.wait_for("start "))
-            assert start["worker_nodes"] == "2", start
-            logs.wait_for("update=2 ")
-
-            cluster.kill_session(cluster.sessions[1])  # the second machine disappears
-            fault = logs.wait_for("fault ")
-            assert "replayed=" in fault
-            before = int(fields(logs.wait_for("update="))["update"])
-            after = fields(logs.wait_for("update="))  # still training, on the head alone
-            assert int(after["update"]) == before + 1
-
-            cluster.start_second_node()  # a machine joins again
-            recovered = fields(logs.wait_for("recovered "))
-            assert recovered["healthy"] == "2", recovered
-            logs.wait_for("update=")
-
-            stopped = run([RAY, "job", "stop", job_id], env, timeout=120)
-            assert stopped.returncode == 0, stopped.stdout + stopped.stderr
-            done = fields(logs.wait_for("done "))
-        finally:
-            logs.close()
-            stop_job(env, job_id)
-    assert done["stopped"] == "SIGTERM", done
-    last = int(done["last_update"])
-    records = read_metrics(run_dir)
-    assert [r["update"] for r in records] == list(range(1, last + 1))
-    assert_same_run(run_dir, uninterrupted(*args, "--updates", str(last)))
-
-
 def driver_pids(marker):
     """Pids of trainer drivers whose command line holds marker (their run dir)."""
     pids = []
@@ -318,11 +272,11 @@ def test_a_killed_driver_resumes_from_its_last_checkpoint_counting_nothing_twice
 
 
 class Training:
-    """`python -m pgpong.train` on an in-process Ray, its stdout read line by line (unbuffered) as
-    it runs; stderr goes to a file, so a full pipe can never stall it."""
+    """`python -m pgpong.train` on the suite's Ray head, its stdout read line by line (unbuffered) as
+    it runs; stderr goes to a file, so a full pipe can never stall it. env: more environment variables."""
 
     def __init__(self, *args, stderr_path, env=None):
-        env = dict(env or os.environ, RAY_ADDRESS="local", PYTHONUNBUFFERED="1", **THREADS)
+        env = trainer_env(**(env or {}))
         self.stderr_path = stderr_path
         with open(stderr_path, "w") as err:
             self.proc = subprocess.Popen(
@@ -404,41 +358,6 @@ def test_a_full_disk_mid_run_ends_in_one_line_and_keeps_the_last_good_checkpoint
     assert checkpoint.load(checkpoint.checkpoints(str(run_dir))[0]).update == 2
 
 
-def moto_with_iam(tmp_path):
-    """A moto server of its own that checks credentials after 4 unchecked calls; (process, endpoint)."""
-    from conftest import VENV_BIN
-
-    log = open(tmp_path / "moto.log", "w+")
-    server = subprocess.Popen(
-        [str(VENV_BIN / "moto_server"), "-H", "127.0.0.1", "-p", "0"],  # the OS picks the port
-        env=dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="4"),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 30
-    while "Running on http://" not in (tmp_path / "moto.log").read_text():
-        assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "moto.log").read_text()
-        time.sleep(0.2)
-    endpoint = (tmp_path / "moto.log").read_text().split("Running on ", 1)[1].split()[0]
-    return server, endpoint
-
-
-def aws_env(endpoint, key=None):
-    keys = (
-        {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
-        if key
-        else {"AWS_ACCESS_KEY_ID": "setup", "AWS_SECRET_ACCESS_KEY": "setup"}
-    )
-    return {
-        "AWS_ENDPOINT_URL": endpoint,
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_CONFIG_FILE": os.devnull,
-        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-        "AWS_EC2_METADATA_DISABLED": "true",
-        **keys,
-    }
-
-
 @pytest.mark.slow
 def test_s3_credentials_revoked_mid_run_end_it_in_one_line_keeping_the_last_good_checkpoint(tmp_path, monkeypatch):
     import boto3
@@ -487,7 +406,7 @@ def test_s3_credentials_revoked_mid_run_end_it_in_one_line_keeping_the_last_good
             "--run-dir",
             "s3://runs/run",
             stderr_path=tmp_path / "stderr",
-            env=dict(os.environ, **aws_env(endpoint, trainer_key)),
+            env=aws_env(endpoint, trainer_key),
         )
         training.wait_for("update=2 ")
         iam.delete_access_key(UserName="trainer", AccessKeyId=trainer_key["AccessKeyId"])  # the credentials die

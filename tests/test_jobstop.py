@@ -8,7 +8,7 @@ import json
 import uuid
 
 import pytest
-from conftest import RAY, fields, run
+from conftest import RAY, assert_same_run, fields, run
 from helpers_jobs import job, plain_submit, wait_for, wait_until_done
 
 
@@ -19,20 +19,10 @@ def line(text, prefix):
 
 
 @pytest.mark.slow  # two jobs on the two-node cluster
-def test_ray_job_stop_saves_the_last_update_and_a_resubmission_continues(ray_cluster, tmp_path):
+def test_ray_job_stop_saves_the_last_update_and_a_resubmission_continues(ray_cluster, tmp_path, uninterrupted):
     run_dir = tmp_path / "run"
-    args = [
-        "--batch-size",
-        "2",
-        "--workers",
-        "2",
-        "--checkpoint-every",
-        "1000",
-        "--seed",
-        "3",
-        "--run-dir",
-        str(run_dir),
-    ]
+    same = ["--batch-size", "2", "--workers", "2", "--checkpoint-every", "1000", "--seed", "3"]
+    args = [*same, "--run-dir", str(run_dir)]
     first = f"stop-{uuid.uuid4().hex[:8]}"
     plain_submit(ray_cluster, first, "--updates", "0", *args)
     wait_for(ray_cluster, first, lambda text: "\nupdate=2 " in "\n" + text, what="update 2")
@@ -59,3 +49,4 @@ def test_ray_job_stop_saves_the_last_update_and_a_resubmission_continues(ray_clu
     with open(run_dir / "metrics.jsonl") as f:
         updates = [json.loads(x)["update"] for x in f]
     assert updates == list(range(1, last + 2))  # every update once, none counted twice
+    assert_same_run(run_dir, uninterrupted(*same, "--updates", str(last + 1)))  # and nothing else changed

@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import JOB_DIR, REPO, THREADS, fields
+from conftest import JOB_DIR, REPO, fields, train_locally
 from pgpong import config, plan, train
 
 # What `python -m pgpong.plan calibrate` measured here: a batch-10 and a batch-300 run of the
@@ -239,11 +239,7 @@ def test_no_progress_fields_without_a_set_number_of_updates():
 
 @pytest.mark.slow
 def test_every_update_line_carries_progress_and_an_eta(tmp_path):
-    env = dict(os.environ, RAY_ADDRESS="local", **THREADS)
-    args = ["--batch-size", "2", "--updates", "3", "--workers", "1", "--run-dir", str(tmp_path / "run")]
-    proc = subprocess.run(
-        [sys.executable, "-m", "pgpong.train", *args], cwd=JOB_DIR, env=env, capture_output=True, text=True, timeout=300
-    )
+    proc = train_locally("--batch-size", "2", "--updates", "3", "--workers", "1", "--run-dir", str(tmp_path / "run"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     ups = [fields(ln) for ln in proc.stdout.splitlines() if ln.startswith("update=")]
     assert [u["progress"] for u in ups] == ["1/3", "2/3", "3/3"]

@@ -2,11 +2,9 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
-from conftest import JOB_DIR, moto_server
+from conftest import moto_server, train_locally
 from pgpong import checkpoint, watch
 from pgpong.store import StoreError
 from test_checkpoint import make_state
@@ -130,15 +128,7 @@ def test_no_credentials_is_one_clear_line(s3, monkeypatch):
 
 
 def train(*args):
-    env = dict(os.environ, RAY_ADDRESS="local", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    return subprocess.run(
-        [sys.executable, "-m", "pgpong.train", "--batch-size", "2", "--workers", "1", *args],
-        cwd=JOB_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return train_locally("--batch-size", "2", "--workers", "1", *args, timeout=300)
 
 
 def test_the_trainer_rejects_a_missing_bucket_before_ray_starts(s3):
@@ -166,38 +156,12 @@ def test_the_trainer_checkpoints_to_s3_and_resumes_from_it(s3):
 
 def test_a_bucket_that_denies_access_is_one_clear_line(tmp_path, monkeypatch):
     """A moto server of its own that checks IAM (after 4 unchecked setup calls), and a user with no S3 rights."""
-    import time
-    import urllib.request
-
     import boto3
-    from conftest import VENV_BIN, free_port
+    from conftest import aws_env, moto_with_iam
 
-    port = free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen(
-        [str(VENV_BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-        env=dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="4"),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    server, endpoint = moto_with_iam(tmp_path)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(endpoint + "/moto-api/", timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "moto_server did not start"
-                time.sleep(0.2)
-        for key, value in {
-            "AWS_ENDPOINT_URL": endpoint,
-            "AWS_ACCESS_KEY_ID": "setup",
-            "AWS_SECRET_ACCESS_KEY": "setup",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_CONFIG_FILE": os.devnull,
-            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-            "AWS_EC2_METADATA_DISABLED": "true",
-        }.items():
+        for key, value in aws_env(endpoint).items():
             monkeypatch.setenv(key, value)
         session = boto3.session.Session()
         session.client("s3").create_bucket(Bucket="locked")

@@ -9,7 +9,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from conftest import RAY, clean_env, free_port, run
+from conftest import RAY, clean_env, run
 
 
 def error_line(result):
@@ -37,9 +37,11 @@ def test_unknown_job_lists_the_jobs_and_submits_nothing(ray_cluster, tmp_path):
 
 
 def test_no_cluster_names_the_command_that_starts_one(tmp_path):
-    nobody = f"http://127.0.0.1:{free_port()}"
-    env = clean_env(RAY_ADDRESS=nobody, LAST_JOB_FILE=str(tmp_path / "last-job"))
-    result = run(["make", "submit", "JOB=pong"], env, timeout=60)
+    with socket.socket() as held:  # bound, never listening: connections are refused, and no one else can take it
+        held.bind(("127.0.0.1", 0))
+        nobody = f"http://127.0.0.1:{held.getsockname()[1]}"
+        env = clean_env(RAY_ADDRESS=nobody, LAST_JOB_FILE=str(tmp_path / "last-job"))
+        result = run(["make", "submit", "JOB=pong"], env, timeout=60)
     assert result.returncode != 0
     assert_no_traceback(result)
     line = error_line(result)

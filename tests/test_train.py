@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import JOB_DIR, THREADS, assert_same_run, read_metrics, train_locally
+from conftest import JOB_DIR, assert_same_run, read_metrics, train_locally, trainer_env
 from pgpong import config, train
 
 
@@ -150,7 +150,7 @@ def test_sigterm_checkpoints_the_last_update_and_says_so(tmp_path, uninterrupted
     the saved run is the uninterrupted run of as many updates, bit for bit."""
     run_dir = tmp_path / "run"
     args = ["--batch-size", "2", "--workers", "1", "--seed", "6"]
-    env = dict(os.environ, RAY_ADDRESS="local", PYTHONUNBUFFERED="1", **THREADS)  # each line as it is printed
+    env = trainer_env()  # unbuffered: each line as it is printed
     proc = subprocess.Popen(
         [
             sys.executable,

@@ -8,7 +8,6 @@ import uuid
 
 import pytest
 from conftest import JOB_DIR, REPO, clean_env, fields, run
-from conftest import train_locally as run_cli
 from pgpong import checkpoint, play, plot, rollout, watch
 from PIL import Image
 from test_s3 import s3, s3_endpoint  # noqa: F401  (moto's S3 on loopback: a run dir on S3)
@@ -106,15 +105,6 @@ def test_live_metrics_reach_the_nodes_prometheus_endpoint(local_ray):
 
 
 # -- plot and play on a real run ---------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    """One update of batch 2 by the real trainer CLI: a metrics line and a checkpoint. (stdout, run dir)"""
-    run_dir = tmp_path_factory.mktemp("tiny") / "run"
-    proc = run_cli("--batch-size", "2", "--updates", "1", "--workers", "1", "--run-dir", str(run_dir))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout, run_dir
 
 
 @pytest.fixture
