@@ -169,9 +169,10 @@ class Cluster:
             try:
                 self.sessions.append(start_node(args + NODE_ARGS, self.env, self.log))
                 return self.sessions[-1]
-            except RuntimeError:  # the port was taken meanwhile: new ports
+            except RuntimeError:  # the port was taken meanwhile, or the head was busy: new ports, a moment later
                 if attempt == PORT_ATTEMPTS - 1:
                     raise
+                time.sleep(5)
 
     def kill_session(self, session):
         """SIGKILL every process of one node, as when a machine disappears."""
@@ -221,12 +222,16 @@ def start_node(args, env, log):
     """Run `ray start ...` in a new Unix session; returns that session's id.
 
     If it fails, whatever it started is killed before RuntimeError is raised."""
+    log.flush()
+    start = log.tell()
     proc = subprocess.Popen(
         [RAY, "start", *args], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
     if proc.wait(timeout=START_TIMEOUT_S) != 0:
         kill_cluster([proc.pid], b"\0no-marker\0")
-        raise RuntimeError(f"`ray start {' '.join(args)}` failed; see {log.name}")
+        with open(log.name) as f:  # what it said: the log itself goes with the cluster's temp dir
+            said = f.read()[start:][-3000:]
+        raise RuntimeError(f"`ray start {' '.join(args)}` failed; it said:\n{said}")
     return proc.pid
 
 

@@ -1,5 +1,5 @@
-"""Chaos on a real two-node cluster: actors SIGKILLed busy or idle, the second node's raylet
-SIGKILLed and a new node started, while a batch-4 job trains; then `ray job stop`. The job
+"""Chaos on a real two-node cluster: actors SIGKILLed busy or idle, the second node lost (every
+process of it SIGKILLed) and a new node started, while a batch-4 job trains; then `ray job stop`. The job
 must go on through every fault, grow its pool back onto the new node, show a complete ledger
 for every update, and end with the very bits of an undisturbed run of as many updates (there:
 one process, 2 actors, no faults): weights, RMSProp cache, running reward and metrics.
@@ -27,19 +27,13 @@ def cmdline(pid):
         return b""
 
 
-def raylet(cluster, session):
-    found = [p for p in cluster_processes([session], b"\0no-marker\0") if b"/raylet" in cmdline(p).split(b"\0")[0]]
-    assert len(found) == 1, found
-    return found[0]
-
-
 def update_lines(text):
     return [fields(line) for line in text.splitlines() if line.startswith("update=")]
 
 
 class Chaos:
     """The faults, each a random 0-1.5 s after one more update line than the fault before it showed
-    (busy or idle, whatever the actors are doing then): SIGKILL an actor; the second node's raylet,
+    (busy or idle, whatever the actors are doing then): SIGKILL an actor; the second node,
     then a new node 3-8 s later; an actor; an actor. Victims and delays come from CHAOS_SEED.
     Tying each fault to progress means restarts (each actor warms up again) cannot starve the job,
     and the job, which runs until stopped, cannot end before the last fault."""
@@ -69,9 +63,10 @@ class Chaos:
         return cmdline(pid).startswith(b"ray::Worker")
 
     def replace_the_second_node(self):
-        """SIGKILL its raylet (the node is lost), then start a new node; returns the new node's id."""
+        """SIGKILL every process of the second node, as when its machine disappears, then start a new
+        node; returns the new node's id."""
         before = {n["node_id"] for n in self.cluster.alive_nodes()}
-        os.kill(raylet(self.cluster, self.cluster.sessions[1]), signal.SIGKILL)
+        self.cluster.kill_session(self.cluster.sessions[1])
         time.sleep(self.rng.uniform(3.0, 8.0))
         self.cluster.start_second_node()
         deadline = time.monotonic() + 90
@@ -122,10 +117,11 @@ def test_chaos_changes_nothing_bit_for_bit(tmp_path, uninterrupted):
         finally:
             run([RAY, "job", "stop", submission], cluster.client_env(), timeout=120)
     assert status == "STOPPED", text[-4000:]
-    # Each of the 4 faults shows: a fault line when a call finds the actor dead, or the ledger's when
-    # the actor died idle and came back empty-handed before the driver asked it for its sums.
+    # A kill shows as a fault line when a call finds the actor dead, or the ledger's when the actor died
+    # idle and came back empty-handed before the driver asked for its sums; an actor killed idle after
+    # its sums were taken loses nothing and may show nothing.
     faults = [line for line in text.splitlines() if line.startswith(("fault ", "ledger "))]
-    assert len(faults) >= 4, text[-4000:]
+    assert faults, text[-4000:]
     done = [fields(line) for line in text.splitlines() if line.startswith("done ")]
     assert done and done[0]["stopped"] == "SIGTERM", text[-3000:]
 
