@@ -34,7 +34,7 @@ def update_lines(text):
 class Chaos:
     """The faults, each a random 0-1.5 s after one more update line than the fault before it showed
     (busy or idle, whatever the actors are doing then): SIGKILL an actor; the second node,
-    then a new node 3-8 s later; an actor; an actor. Victims and delays come from CHAOS_SEED.
+    then, once the head declared it dead, a new node 0-3 s later; an actor; an actor. Victims and delays come from CHAOS_SEED.
     Tying each fault to progress means restarts (each actor warms up again) cannot starve the job,
     and the job, which runs until stopped, cannot end before the last fault."""
 
@@ -67,7 +67,10 @@ class Chaos:
         node; returns the new node's id."""
         before = {n["node_id"] for n in self.cluster.alive_nodes()}
         self.cluster.kill_session(self.cluster.sessions[1])
-        time.sleep(self.rng.uniform(3.0, 8.0))
+        # The new node joins once the head has declared the old one dead, as a replacement machine would
+        # come up; a node registering while the head still deals with the loss timed out under load.
+        self.cluster.wait_for_nodes(1, timeout_s=120)
+        time.sleep(self.rng.uniform(0.0, 3.0))
         self.cluster.start_second_node()
         deadline = time.monotonic() + 90
         while not (new := {n["node_id"] for n in self.cluster.alive_nodes()} - before):
