@@ -152,7 +152,7 @@ demo: $(INSTALLED) ## Start the local cluster, submit a small pong run, follow i
 	if ! grep -q '^done ' "$$log"; then echo "demo: the job succeeded but printed no 'done' line" >&2; exit 1; fi
 
 .PHONY: test
-test: $(TESTS) $(TOOLS) ## Run the test suite but the docker test, real Ray clusters included (15 minutes on 2 cores)
+test: $(TESTS) $(TOOLS) ## Run the test suite but the docker test, real Ray clusters included (15-21 minutes on 2 cores)
 	python -m pytest
 
 .PHONY: test-docker
