@@ -389,13 +389,13 @@ def moto_server():
 
 def moto_with_iam(tmp_path):
     """A moto server of its own that checks credentials after 4 unchecked calls; (process, endpoint)."""
-    log = open(tmp_path / "moto.log", "w+")
-    server = subprocess.Popen(
-        [str(VENV_BIN / "moto_server"), "-H", "127.0.0.1", "-p", "0"],  # the OS picks the port
-        env=dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="4"),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    with open(tmp_path / "moto.log", "w") as log:  # the server keeps its own copy of the file
+        server = subprocess.Popen(
+            [str(VENV_BIN / "moto_server"), "-H", "127.0.0.1", "-p", "0"],  # the OS picks the port
+            env=dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="4"),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     deadline = time.monotonic() + 30
     while "Running on http://" not in (tmp_path / "moto.log").read_text():
         assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "moto.log").read_text()

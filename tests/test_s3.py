@@ -1,10 +1,9 @@
 """Run directories on S3, through the real boto3 client, against moto's S3 server on loopback."""
 
 import json
-import os
 
 import pytest
-from conftest import moto_server, train_locally
+from conftest import aws_env, moto_server, train_locally
 from pgpong import checkpoint, watch
 from pgpong.store import StoreError
 from test_checkpoint import make_state
@@ -19,15 +18,7 @@ def s3_endpoint():
 @pytest.fixture
 def s3(s3_endpoint, monkeypatch):
     """Made-up credentials for the local endpoint, a fresh bucket 'runs', and the environment for children."""
-    env = {
-        "AWS_ENDPOINT_URL": s3_endpoint,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_CONFIG_FILE": os.devnull,
-        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }
+    env = aws_env(s3_endpoint, {"AccessKeyId": "testing", "SecretAccessKey": "testing"})
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
@@ -157,7 +148,7 @@ def test_the_trainer_checkpoints_to_s3_and_resumes_from_it(s3):
 def test_a_bucket_that_denies_access_is_one_clear_line(tmp_path, monkeypatch):
     """A moto server of its own that checks IAM (after 4 unchecked setup calls), and a user with no S3 rights."""
     import boto3
-    from conftest import aws_env, moto_with_iam
+    from conftest import moto_with_iam
 
     server, endpoint = moto_with_iam(tmp_path)
     try:
