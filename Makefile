@@ -29,8 +29,11 @@ DEMO_ARGS ?= --batch-size 4 --updates 2
 LOCAL_ADDRESS := http://127.0.0.1:8265
 # `make plot` (a folder or s3://bucket/prefix) and `make plan-inputs`: a run directory, the trainer's --run-dir.
 RUN ?=
-# `make play`: a checkpoint (ckpt-NNNNNN.npz, a file or s3://...), or a run dir for its newest.
+# `make play`: a checkpoint (ckpt-NNNNNN.npz, a file or s3://...), or a run dir for its newest;
+# without it, the agent shipped in SHIP_DIR. `make ship`: the checkpoint to ship (default: RUN's newest).
 CHECKPOINT ?=
+# `make test`: pytest processes (pytest-xdist); 0 runs the suite in pytest's own process.
+TEST_PROCESSES ?= 2
 # `make play`: how many games to play; the first is written as a GIF.
 GAMES ?= 3
 # `make ship`: where the exported agent (weights, metrics) and its pictures (curve, game GIF) go.
@@ -152,8 +155,8 @@ demo: $(INSTALLED) ## Start the local cluster, submit a small pong run, follow i
 	if ! grep -q '^done ' "$$log"; then echo "demo: the job succeeded but printed no 'done' line" >&2; exit 1; fi
 
 .PHONY: test
-test: $(TESTS) $(TOOLS) ## Run the test suite but the docker test, real Ray clusters included (15-21 minutes on 2 cores)
-	python -m pytest
+test: $(TESTS) $(TOOLS) ## Run the test suite but the docker test, real Ray clusters included, in TEST_PROCESSES processes
+	python -m pytest -n $(TEST_PROCESSES) --dist loadgroup
 
 .PHONY: test-docker
 test-docker: $(TESTS) ## ray up cluster/local.yaml here, train in the container, ray down (root, Docker, sshd)
@@ -265,9 +268,9 @@ plot: $(TOOLS) ## Learning curves of RUN in one PNG (RUN/curve.png): reward, epi
 	PYTHONPATH=job/pong python -m pgpong.plot "$(RUN)" $(ARGS)
 
 .PHONY: play
-play: $(TOOLS) ## Play GAMES games with CHECKPOINT, print each score, write the first as a GIF
-	@if [[ -z "$(CHECKPOINT)" ]]; then echo "make: pass CHECKPOINT=<ckpt-NNNNNN.npz, or a run dir for its newest checkpoint>" >&2; exit 1; fi
-	PYTHONPATH=job/pong python -m pgpong.play "$(CHECKPOINT)" --games $(GAMES) $(ARGS)
+play: $(TOOLS) ## Play GAMES games with CHECKPOINT (default: the shipped agent), print each score, write the first as a GIF
+	@if [[ -z "$(or $(CHECKPOINT),$(wildcard $(SHIP_DIR)/pong-agent.npz))" ]]; then echo "make: pass CHECKPOINT=<ckpt-NNNNNN.npz, or a run dir for its newest checkpoint>; there is no shipped agent in $(SHIP_DIR)" >&2; exit 1; fi
+	PYTHONPATH=job/pong python -m pgpong.play "$(or $(CHECKPOINT),$(SHIP_DIR))" --games $(GAMES) $(ARGS)
 
 .PHONY: ship
 ship: $(TOOLS) ## Export RUN's newest checkpoint (or CHECKPOINT=) as the agent in SHIP_DIR; draw its curve and a game

@@ -60,6 +60,18 @@ def free_port():
 PORT_ATTEMPTS = 3  # bring-ups that pick ports with free_port() try again with new ones
 
 
+def with_new_ports(start, pause_s=0.0):
+    """start(attempt) again, up to PORT_ATTEMPTS times, while it raises RuntimeError: a port that
+    free_port() chose may be taken before Ray binds it, so start picks its ports anew on each call."""
+    for attempt in range(PORT_ATTEMPTS):
+        try:
+            return start(attempt)
+        except RuntimeError:
+            if attempt == PORT_ATTEMPTS - 1:
+                raise
+            time.sleep(pause_s)
+
+
 def missing(reason):
     """A component the test needs is absent: skip, saying why; under CI (CI=true) fail instead."""
     if os.environ.get("CI") == "true":
@@ -160,19 +172,17 @@ class Cluster:
     def start_second_node(self):
         """`ray start --address ...` for one more 1-CPU node; returns its session id."""
         n = len(self.sessions) + 1
-        for attempt in range(PORT_ATTEMPTS):
+
+        def start(attempt):
             args = [
                 f"--address={self.gcs_address}",
                 f"--dashboard-agent-listen-port={free_port()}",
                 f"--temp-dir={self.temp_dir / f'node{n}-{attempt}'}",
             ]
-            try:
-                self.sessions.append(start_node(args + NODE_ARGS, self.env, self.log))
-                return self.sessions[-1]
-            except RuntimeError:  # the port was taken meanwhile, or the head was busy: new ports, a moment later
-                if attempt == PORT_ATTEMPTS - 1:
-                    raise
-                time.sleep(5)
+            self.sessions.append(start_node(args + NODE_ARGS, self.env, self.log))
+            return self.sessions[-1]
+
+        return with_new_ports(start, pause_s=5)  # a moment later too: the head may have been busy
 
     def kill_session(self, session):
         """SIGKILL every process of one node, as when a machine disappears."""
@@ -236,48 +246,51 @@ def start_node(args, env, log):
 
 
 @contextlib.contextmanager
-def two_node_cluster():
-    """A head (1 CPU) and a second node (1 CPU) with token auth and the thread presets."""
+def two_node_cluster(**node_env):
+    """A head (1 CPU) and a second node (1 CPU) with token auth and the thread presets; node_env: more
+    environment variables for every node (Ray reads its settings from RAY_<name>)."""
     # Short path: Ray puts Unix sockets under it, and their paths are limited to 107 bytes.
     temp_dir = Path(tempfile.mkdtemp(prefix="raytest-", dir="/tmp"))
     token_path = temp_dir / "auth_token"
     token_path.write_text(uuid.uuid4().hex)
-    env = clean_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_path), **THREADS)
+    env = clean_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_path), **THREADS, **node_env)
     marker = f"RAY_AUTH_TOKEN_PATH={token_path}".encode()
     log = open(temp_dir / "ray-start.log", "w")
-    cluster = None
+    clusters = []  # each attempt's: teardown kills them all
+
+    def start(attempt):
+        gcs_port, dashboard_port = free_port(), free_port()
+        cluster = Cluster(
+            address=f"http://127.0.0.1:{dashboard_port}",
+            gcs_address=f"127.0.0.1:{gcs_port}",
+            token_path=token_path,
+            env=env,
+            log=log,
+            temp_dir=temp_dir,
+        )
+        clusters.append(cluster)
+        head = [
+            "--head",
+            f"--port={gcs_port}",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={dashboard_port}",
+            f"--ray-client-server-port={free_port()}",
+            f"--dashboard-agent-listen-port={free_port()}",
+            f"--temp-dir={temp_dir / f'head-{attempt}'}",
+        ]
+        try:
+            cluster.sessions.append(start_node(head + NODE_ARGS, env, log))
+            cluster.start_second_node()
+            cluster.wait_for_nodes(2)
+        except RuntimeError:
+            kill_cluster(cluster.sessions, marker)
+            raise
+        return cluster
+
     try:
-        for attempt in range(PORT_ATTEMPTS):  # a port free_port() chose may be taken before Ray binds it
-            gcs_port, dashboard_port = free_port(), free_port()
-            cluster = Cluster(
-                address=f"http://127.0.0.1:{dashboard_port}",
-                gcs_address=f"127.0.0.1:{gcs_port}",
-                token_path=token_path,
-                env=env,
-                log=log,
-                temp_dir=temp_dir,
-            )
-            head = [
-                "--head",
-                f"--port={gcs_port}",
-                "--dashboard-host=127.0.0.1",
-                f"--dashboard-port={dashboard_port}",
-                f"--ray-client-server-port={free_port()}",
-                f"--dashboard-agent-listen-port={free_port()}",
-                f"--temp-dir={temp_dir / f'head-{attempt}'}",
-            ]
-            try:
-                cluster.sessions.append(start_node(head + NODE_ARGS, env, log))
-                cluster.start_second_node()
-                cluster.wait_for_nodes(2)
-                break
-            except RuntimeError:
-                kill_cluster(cluster.sessions, marker)
-                if attempt == PORT_ATTEMPTS - 1:
-                    raise
-        yield cluster
+        yield with_new_ports(start)
     finally:
-        sessions = cluster.sessions if cluster else []
+        sessions = [session for cluster in clusters for session in cluster.sessions]
         kill_cluster(sessions, marker)
         log.close()
         left = cluster_processes(sessions, marker)
@@ -290,6 +303,15 @@ def ray_cluster():
     """The two-node cluster shared by the tests that only submit jobs to it."""
     with two_node_cluster() as cluster:
         yield cluster
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(items):
+    """`make test` runs the tests in two processes (pytest-xdist, --dist loadgroup): the tests on the
+    shared two-node cluster go to one of them, which starts that cluster once."""
+    for item in items:
+        if "ray_cluster" in item.fixturenames:
+            item.add_marker(pytest.mark.xdist_group("ray_cluster"))
 
 
 def stop_job(env, job_id):
@@ -323,27 +345,25 @@ def ray_head():
     tag = uuid.uuid4().hex  # in the environment of the head's processes, which teardown finds by it
     env = clean_env(RAY_AUTH_MODE="token", PONGTEST_HEAD=tag, **THREADS)
     log = Path(os.environ["RAY_TMPDIR"]).parent / "ray-head.log"
-    with open(log, "a") as out:
-        for attempt in range(PORT_ATTEMPTS):  # a port free_port() chose may be taken before Ray binds it
-            gcs_port = free_port()
-            args = [
-                "--head",
-                f"--port={gcs_port}",
-                "--num-cpus=2",
-                "--include-dashboard=false",
-                f"--ray-client-server-port={free_port()}",
-                f"--dashboard-agent-listen-port={free_port()}",
-                "--object-store-memory=300000000",
-                "--disable-usage-stats",
-            ]
-            try:
-                _HEAD["session"] = start_node(args, env, out)
-                break
-            except RuntimeError:
-                if attempt == PORT_ATTEMPTS - 1:
-                    raise
-    _HEAD.update(marker=f"PONGTEST_HEAD={tag}".encode(), address=f"127.0.0.1:{gcs_port}")
-    return _HEAD["address"]
+
+    def start(attempt):
+        gcs_port = free_port()
+        args = [
+            "--head",
+            f"--port={gcs_port}",
+            "--num-cpus=2",
+            "--include-dashboard=false",
+            f"--ray-client-server-port={free_port()}",
+            f"--dashboard-agent-listen-port={free_port()}",
+            "--object-store-memory=300000000",
+            "--disable-usage-stats",
+        ]
+        with open(log, "a") as out:
+            return start_node(args, env, out), f"127.0.0.1:{gcs_port}"
+
+    _HEAD["session"], address = with_new_ports(start)
+    _HEAD.update(marker=f"PONGTEST_HEAD={tag}".encode(), address=address)
+    return address
 
 
 def stop_ray_head():

@@ -47,14 +47,20 @@ def test_ship_writes_float16_weights_that_play_and_the_whole_metrics(tiny_run, s
     assert played["checkpoint"] == str(agent_dir / checkpoint.AGENT_FILE) and played["games"] == "1"
 
 
-def test_make_play_of_an_agent_folder_plays_the_exported_agent(shipped, tmp_path):
+def test_make_play_without_a_checkpoint_plays_the_shipped_agent(shipped, tmp_path):
     _, agent_dir, _ = shipped
-    made = make("play", f"CHECKPOINT={agent_dir}", "GAMES=1", f"ARGS=--out {tmp_path / 'g.gif'}")
+    made = make("play", f"SHIP_DIR={agent_dir}", "GAMES=1", f"ARGS=--out {tmp_path / 'g.gif'}")
     assert made.returncode == 0, made.stdout + made.stderr
     [summary] = map(fields, only(made.stdout, "play "))
     assert summary["checkpoint"] == str(agent_dir / checkpoint.AGENT_FILE)
     [game] = map(fields, only(made.stdout, "game="))
     assert float(summary["mean_point_difference"]) == int(game["reward"])
+
+
+def test_make_play_without_a_checkpoint_or_a_shipped_agent_says_what_to_pass(tmp_path):
+    made = make("play", f"SHIP_DIR={tmp_path}")
+    assert made.returncode != 0 and "pass CHECKPOINT=" in made.stderr, made.stdout + made.stderr
+    assert f"there is no shipped agent in {tmp_path}" in made.stderr, made.stderr
 
 
 def test_ship_refuses_a_run_without_checkpoints(tmp_path):

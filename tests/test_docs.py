@@ -275,6 +275,40 @@ def test_every_cited_docs_section_exists():
     assert not wrong, "\n".join(wrong)
 
 
+def makefile_recipes():
+    """{target: the Makefile's line numbers of its rule and recipe}."""
+    recipes, target = {}, None
+    for n, line in enumerate((REPO / "Makefile").read_text().splitlines(), 1):
+        rule = re.match(r"([A-Za-z][\w-]*):(?!=)", line)
+        if rule:
+            target = rule.group(1)
+            recipes[target] = [n]
+        elif target and line.startswith("\t"):
+            recipes[target].append(n)
+        else:
+            target = None
+    return recipes
+
+
+def test_every_make_error_in_the_docs_names_the_line_of_its_target():
+    """A sample `make: *** [Makefile:217: submit] Error 1` was pasted when line 217 was submit's recipe;
+    an edit above it moves the line, and the sample is stale."""
+    recipes = makefile_recipes()
+    cited = [
+        (f"{path.relative_to(REPO)}:{n}", int(m.group(1)), m.group(2))
+        for path in DOCS
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        for m in re.finditer(r"\[Makefile:(\d+): ([\w-]+)\]", line)
+    ]
+    assert cited, "docs/errors.md shows make's error lines"
+    stale = [
+        f"{where}: Makefile:{line} is not in {target}'s recipe"
+        for where, line, target in cited
+        if line not in recipes.get(target, [])[1:]
+    ]
+    assert not stale, "re-run the command and paste its output:\n" + "\n".join(stale)
+
+
 def test_no_code_or_doc_sends_readers_to_a_readme_section():
     """README.md is short now; sections live in docs/. 'README, Token authentication' is stale."""
     stale = [
