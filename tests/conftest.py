@@ -228,6 +228,26 @@ class Cluster:
         return [n for n in nodes if n.get("state") == "ALIVE"]
 
 
+# The suite's Ray nodes start above other work here: `nice -n -5 ray start`, and every process it starts
+# inherits that (as root; elsewhere nice warns and runs ray as it is). Ray gives a node 30 s, fixed, to
+# register with its head, and on a loaded machine (the other pytest process, a training run beside the
+# suite) a node's Python agents could start too slowly for that. A real node has CPUs of its own.
+ABOVE_OTHER_WORK = ["nice", "-n", "-5"]
+
+
+def node_logs(args, env):
+    """The tail of the raylet's own logs of the node `ray start args` tried to start, for its error."""
+    temp_dir = next((a.split("=", 1)[1] for a in args if a.startswith("--temp-dir=")), None)
+    logs = Path(temp_dir or Path(env.get("RAY_TMPDIR", "/tmp")) / "ray") / "session_latest" / "logs"
+    tails = []
+    for name in ("raylet.out", "raylet.err", "dashboard_agent.log"):
+        try:
+            tails.append(f"--- {logs / name} (end):\n" + (logs / name).read_text(errors="replace")[-1500:])
+        except OSError:
+            pass
+    return "\n".join(tails)
+
+
 def start_node(args, env, log):
     """Run `ray start ...` in a new Unix session; returns that session's id.
 
@@ -235,13 +255,13 @@ def start_node(args, env, log):
     log.flush()
     start = log.tell()
     proc = subprocess.Popen(
-        [RAY, "start", *args], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        [*ABOVE_OTHER_WORK, RAY, "start", *args], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
     if proc.wait(timeout=START_TIMEOUT_S) != 0:
         kill_cluster([proc.pid], b"\0no-marker\0")
         with open(log.name) as f:  # what it said: the log itself goes with the cluster's temp dir
             said = f.read()[start:][-3000:]
-        raise RuntimeError(f"`ray start {' '.join(args)}` failed; it said:\n{said}")
+        raise RuntimeError(f"`ray start {' '.join(args)}` failed; it said:\n{said}\n{node_logs(args, env)}")
     return proc.pid
 
 

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import JOB_DIR, clean_env, fields, run, trainer_env
+from conftest import JOB_DIR, REPO, clean_env, fields, run, trainer_env
 from pgpong import checkpoint, compare, watch
 from test_watch import only
 
@@ -55,6 +55,21 @@ def test_make_play_without_a_checkpoint_plays_the_shipped_agent(shipped, tmp_pat
     assert summary["checkpoint"] == str(agent_dir / checkpoint.AGENT_FILE)
     [game] = map(fields, only(made.stdout, "game="))
     assert float(summary["mean_point_difference"]) == int(game["reward"])
+
+
+def test_the_committed_agent_loads_whole_and_make_play_plays_it_by_default(tmp_path):
+    """docs/agent as committed: float16 weights and every metrics line up to its update; `make play`
+    with no CHECKPOINT plays it. A trained agent scores: an untrained one takes 0-2 points a game off
+    the built-in AI, the shipped one took 7-21 in each of 100 games (docs/results.md)."""
+    shipped = REPO / "docs" / "agent"
+    agent = checkpoint.load_weights(shipped / checkpoint.AGENT_FILE)
+    assert agent.cache is None and agent.config["batch_size"] == 50, agent.config
+    assert [m["update"] for m in watch.read_metrics(shipped)] == list(range(1, agent.update + 1))
+    made = make("play", "GAMES=1", f"ARGS=--out {tmp_path / 'g.gif'}")
+    assert made.returncode == 0, made.stdout + made.stderr
+    [summary] = map(fields, only(made.stdout, "play "))
+    assert summary["checkpoint"] == str(shipped / checkpoint.AGENT_FILE) and summary["update"] == str(agent.update)
+    assert int(summary["agent_points"]) >= 5, summary
 
 
 def test_make_play_without_a_checkpoint_or_a_shipped_agent_says_what_to_pass(tmp_path):

@@ -11,7 +11,8 @@ preprocesses each screen, runs the network and plays UP with probability P(UP);
 --greedy plays UP iff P(UP) > 0.5. Frame skips and sticky actions are the env's,
 drawn from a stream seeded by (--seed, game), so the same seed replays the same games.
 Writes the first game as an animated GIF (screens upscaled, nearest neighbour) and
-its last screen, the final score, as a PNG beside it. The last line sums up all games:
+its last screen as a PNG beside it (the game ends on the deciding point, before the score
+display counts it). The last line sums up all games:
 `mean_point_difference` is the mean of (agent's points - computer's points) per game,
 above 0 when the agent beats the built-in AI on average. Needs Pillow (requirements-tools.in, from its lock).
 """
