@@ -97,6 +97,7 @@ def headings(path):
 
 
 LINK = re.compile(r"!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+IMG = re.compile(r'<img [^>]*src="([^"]+)"')  # an HTML image, as the README's first screen uses
 
 
 def broken_links(path):
@@ -104,7 +105,8 @@ def broken_links(path):
     prose, _ = prose_and_blocks(path.read_text())
     broken = []
     for number, line in prose:
-        for target in LINK.findall(re.sub(r"`[^`]*`", "", line)):
+        code_free = re.sub(r"`[^`]*`", "", line)
+        for target in LINK.findall(code_free) + IMG.findall(code_free):
             if re.match(r"[a-z]+:", target):  # http:, https:, mailto:
                 continue
             file_part, _, anchor = target.partition("#")
