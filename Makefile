@@ -156,7 +156,8 @@ demo: $(INSTALLED) ## Start the local cluster, submit a small pong run, follow i
 
 .PHONY: test
 test: $(TESTS) $(TOOLS) ## Run the test suite but the docker test, real Ray clusters included, in TEST_PROCESSES processes
-	python -m pytest -n $(TEST_PROCESSES) --dist loadgroup
+	python -m pytest -n $(TEST_PROCESSES) --dist loadgroup -m "not docker and not alone"
+	python -m pytest -m alone
 
 .PHONY: test-docker
 test-docker: $(TESTS) ## ray up cluster/local.yaml here, train in the container, ray down (root, Docker, sshd)

@@ -84,6 +84,9 @@ class Chaos:
 
 
 @pytest.mark.slow  # a cluster of its own (its node is killed), a job of about 10 updates, a reference run: minutes
+# Alone: it starts a node while its job trains, and Ray gives a node 30 s to register. Beside the
+# other pytest process, that start failed 3 times in a row in 2 of 3 CI runs (the raylet exited).
+@pytest.mark.alone
 def test_chaos_changes_nothing_bit_for_bit(tmp_path, uninterrupted):
     run_dir = tmp_path / "chaos"
     with two_node_cluster(**FAST_DEATH) as cluster:
