@@ -428,8 +428,8 @@ def check_quotas(report, session, ec2, plan, vcpus, cluster_name):
         if used + wanted > limit:
             report.fail(
                 "quota",
-                f"request {code} ({title}) of at least {used + wanted} vCPUs at {QUOTA_CONSOLE} "
-                "(approval can take a day), or make the cluster smaller",
+                f"request {code} ({title}) of at least {used + wanted} vCPUs at {QUOTA_CONSOLE}, "
+                "or make the cluster smaller",
                 **fields,
             )
         else:

@@ -3,7 +3,7 @@ worker count or the order in which actors, nodes and replays contributed."""
 
 import numpy as np
 import pytest
-from conftest import train_locally
+from conftest import RESULT_FIELDS, read_metrics, train_locally
 from pgpong import checkpoint, policy, rollout
 
 
@@ -53,14 +53,16 @@ def train(run_dir, workers):
     ]
     proc = train_locally(*args)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert f" workers={workers} " in next(x for x in proc.stdout.splitlines() if x.startswith("start ")), proc.stdout
     updates = [line for line in proc.stdout.splitlines() if line.startswith("update=")]
     assert len(updates) == 3 and all(" ledger=complete " in line + " " for line in updates), proc.stdout
-    return checkpoint.load(run_dir / "ckpt-000003.npz")
+    return checkpoint.load(run_dir / "ckpt-000003.npz"), read_metrics(run_dir)
 
 
 @pytest.mark.slow
 def test_one_and_two_workers_give_bitwise_identical_checkpoints(tmp_path):
-    one, two = train(tmp_path / "one", 1), train(tmp_path / "two", 2)
+    """Also the same episodes: each update's rewards and lengths, episode by episode."""
+    (one, one_metrics), (two, two_metrics) = train(tmp_path / "one", 1), train(tmp_path / "two", 2)
     for part in ("params", "cache"):
         for key in ("W1", "W2"):
             x, y = getattr(one, part)[key], getattr(two, part)[key]
@@ -71,6 +73,20 @@ def test_one_and_two_workers_give_bitwise_identical_checkpoints(tmp_path):
         two.env_steps,
         two.running_reward,
     )
+    picked = [[{k: m.get(k) for k in RESULT_FIELDS} for m in ms] for ms in (one_metrics, two_metrics)]
+    assert picked[0] == picked[1]
+    assert len(set(one_metrics[0]["episode_steps"])) > 1  # the episodes of an update differ from each other
     # the weights did move: three updates at lr 1e-3 are not a no-op
     start = policy.init_params(np.random.default_rng(11))
     assert not np.array_equal(one.params["W2"], start["W2"])
+
+
+def test_the_seed_decides_the_episodes():
+    """An episode is a function of (seed, update, episode): the same triple replays it, another seed
+    plays another game."""
+    params = policy.init_params(np.random.default_rng(3))
+    learner = rollout.Learner("Pong-v0")
+    learner.set_weights(params)
+    first, again, other = (learner.play(seed, 1, 0) for seed in (11, 11, 12))
+    assert (first.steps, first.reward) == (again.steps, again.reward)
+    assert first.steps != other.steps

@@ -104,30 +104,6 @@ def test_two_updates_on_pong_then_resume_continues_where_it_stopped(tmp_path, un
     assert_same_run(run_dir, uninterrupted(*args, "--updates", "3"))
 
 
-def one_update(tmp_path, workers, seed):
-    cfg = config.Config(batch_size=4, updates=1, workers=str(workers), seed=seed, run_dir=str(tmp_path / f"w{workers}"))
-    state, _ = train.initial_state(cfg)
-    trainer = train.Trainer(cfg, state, out=lambda line: None)
-    trainer.start_pool()
-    try:
-        assert len(trainer.pool.actors) == workers
-        trainer.run()
-    finally:
-        trainer.pool.shutdown()
-    return metrics(cfg.run_dir)[0]
-
-
-@pytest.mark.slow
-def test_same_seed_same_episodes_whatever_the_worker_count(local_ray, tmp_path):
-    one = one_update(tmp_path, workers=1, seed=11)
-    two = one_update(tmp_path, workers=2, seed=11)
-    assert one["episode_rewards"] == two["episode_rewards"]
-    assert one["episode_steps"] == two["episode_steps"]
-    assert len(set(one["episode_steps"])) > 1  # the episodes really differ from each other
-    other = one_update(tmp_path / "other", workers=2, seed=12)
-    assert other["episode_steps"] != one["episode_steps"]
-
-
 @pytest.mark.slow
 def test_gradients_reach_the_driver_once_per_node(local_ray, tmp_path):
     """Two actors on one node: the driver adds one gradient per update, not two and not one per episode."""

@@ -174,7 +174,7 @@ def main(argv=None):
     p.add_argument("--batch-size", type=int, default=300, help="episodes in the trainer's update (default 300)")
     p.add_argument("--workers", type=int, default=0, help="actors in every phase (default: one per CPU)")
     p.add_argument(
-        "--pairs", type=int, default=10, help="episodes of each design per actor in the paired phase (default 10)"
+        "--pairs", type=int, default=30, help="episodes of each design per actor in the paired phase (default 30)"
     )
     p.add_argument(
         "--textbook-episodes", type=int, default=0, help="episodes of the textbook phase (default 4 per worker)"
