@@ -48,7 +48,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from conftest import RAY, REPO, clean_env, fields, free_port, run
+from conftest import PORT_ATTEMPTS, RAY, REPO, clean_env, fields, free_port, run
 from ray.autoscaler.sdk import get_docker_host_mount_location
 
 LOCAL_YAML = REPO / "cluster" / "local.yaml"
@@ -323,23 +323,29 @@ def cluster_yaml(sshd, tmp_path):
     config["file_mounts"][TOKEN_MOUNT] = str(token)
     # The container shares the host's network: the head's ports are this machine's.
     (start,) = [i for i, command in enumerate(config["head_start_ray_commands"]) if "ray start" in command]
-    command, dashboard_port = config["head_start_ray_commands"][start], free_port()
+    command = config["head_start_ray_commands"][start]
     assert " --port=6379 " in command, command
-    config["head_start_ray_commands"][start] = command.replace(" --port=6379 ", f" --port={free_port()} ") + (
-        f" --dashboard-port={dashboard_port} --ray-client-server-port={free_port()}"
-        f" --dashboard-agent-listen-port={free_port()}"
-    )
-    path = tmp_path / "local.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    cluster = SimpleNamespace(path=tmp_path / "local.yaml", token=token, log=tmp_path / "launcher.log")
+
+    def new_ports():
+        """Write the YAML with free ports for the head, chosen now (see up_with_free_ports)."""
+        dashboard_port = free_port()
+        config["head_start_ray_commands"][start] = command.replace(" --port=6379 ", f" --port={free_port()} ") + (
+            f" --dashboard-port={dashboard_port} --ray-client-server-port={free_port()}"
+            f" --dashboard-agent-listen-port={free_port()}"
+        )
+        cluster.path.write_text(yaml.safe_dump(config, sort_keys=False))
+        cluster.dashboard = f"http://127.0.0.1:{dashboard_port}"
+
+    cluster.new_ports = new_ports
+    new_ports()
     before = launcher_files()
     try:
-        yield SimpleNamespace(
-            path=path, token=token, log=tmp_path / "launcher.log", dashboard=f"http://127.0.0.1:{dashboard_port}"
-        )
+        yield cluster
     finally:
         try:
             if container_exists():
-                launcher("down", path, tmp_path / "launcher.log")
+                launcher("down", cluster.path, cluster.log)
             if container_exists():
                 subprocess.run(["docker", "rm", "-f", CONTAINER], capture_output=True, timeout=120)
         finally:
@@ -362,6 +368,26 @@ def launcher(verb, config, log_path):
             stdin=subprocess.DEVNULL,
             timeout=LAUNCHER_TIMEOUT_S,
         )
+
+
+# How Ray's `ray start` words a port that something else took (its services.py and node.py).
+PORT_TAKEN = ("already occupied", "already in use")
+
+
+def up_with_free_ports(cluster):
+    """`ray up`, again with new head ports (up to PORT_ATTEMPTS times) while it fails on a taken port:
+    free_port() frees each port it picks, and another process may bind it before the head does."""
+    for attempt in range(PORT_ATTEMPTS):
+        logged = cluster.log.stat().st_size if cluster.log.exists() else 0
+        up = launcher("up", cluster.path, cluster.log)
+        if up.returncode == 0 or attempt == PORT_ATTEMPTS - 1:
+            return up
+        this_attempt = cluster.log.read_bytes()[logged:].decode(errors="replace")
+        if not any(words in this_attempt for words in PORT_TAKEN):  # it failed for another reason
+            return up
+        launcher("down", cluster.path, cluster.log)
+        cluster.new_ports()
+    return up
 
 
 def jobs_api(address, path, token=None):
@@ -402,7 +428,7 @@ def test_ray_up_local_yaml_trains_pong_in_a_container(cluster_yaml, tmp_path):
     assert built.returncode == 0 and "built image=" in built.stdout, built.stdout + built.stderr
     lap("image")
 
-    up = launcher("up", cluster_yaml.path, cluster_yaml.log)
+    up = up_with_free_ports(cluster_yaml)
     assert up.returncode == 0, f"`ray up` failed:\n{tail(cluster_yaml.log)}"
     assert container_exists(), f"`ray up` started no container {CONTAINER}:\n{tail(cluster_yaml.log)}"
     lap("ray_up")
