@@ -460,15 +460,8 @@ def aws_env(endpoint, key=None):
     }
 
 
-def train_on(cluster, *args, timeout=600):
-    """`python -m pgpong.train ARGS` in the job dir, its driver here, joined to one of the test's clusters."""
-    env = clean_env(
-        RAY_ADDRESS=cluster.gcs_address,
-        RAY_AUTH_MODE="token",
-        RAY_AUTH_TOKEN_PATH=str(cluster.token_path),
-        PYTHONUNBUFFERED="1",
-        **THREADS,
-    )
+def run_trainer(args, env, timeout=600):
+    """`python -m pgpong.train ARGS` in the job dir with that environment; its output captured."""
     return subprocess.run(
         [sys.executable, "-m", "pgpong.train", *args],
         cwd=JOB_DIR,
@@ -480,17 +473,21 @@ def train_on(cluster, *args, timeout=600):
     )
 
 
+def train_on(cluster, *args, timeout=600):
+    """`python -m pgpong.train ARGS`, its driver here, joined to one of the test's clusters."""
+    env = clean_env(
+        RAY_ADDRESS=cluster.gcs_address,
+        RAY_AUTH_MODE="token",
+        RAY_AUTH_TOKEN_PATH=str(cluster.token_path),
+        PYTHONUNBUFFERED="1",
+        **THREADS,
+    )
+    return run_trainer(args, env, timeout)
+
+
 def train_locally(*args, timeout=600, **extra_env):
     """`python -m pgpong.train ARGS` in the job dir, on the suite's Ray head (trainer_env)."""
-    return subprocess.run(
-        [sys.executable, "-m", "pgpong.train", *args],
-        cwd=JOB_DIR,
-        env=trainer_env(**extra_env),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
+    return run_trainer(args, trainer_env(**extra_env), timeout)
 
 
 @pytest.fixture(scope="session")

@@ -48,7 +48,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from conftest import PORT_ATTEMPTS, RAY, REPO, clean_env, fields, free_port, run
+from conftest import PORT_ATTEMPTS, RAY, REPO, clean_env, fields, free_port, run, with_new_ports
 from ray.autoscaler.sdk import get_docker_host_mount_location
 
 LOCAL_YAML = REPO / "cluster" / "local.yaml"
@@ -375,19 +375,21 @@ PORT_TAKEN = ("already occupied", "already in use")
 
 
 def up_with_free_ports(cluster):
-    """`ray up`, again with new head ports (up to PORT_ATTEMPTS times) while it fails on a taken port:
-    free_port() frees each port it picks, and another process may bind it before the head does."""
-    for attempt in range(PORT_ATTEMPTS):
+    """`ray up`, again with new head ports (with_new_ports: up to PORT_ATTEMPTS times) while it fails on a
+    taken port: free_port() frees each port it picks, and another process may bind it before the head does."""
+
+    def start(attempt):
+        if attempt:
+            launcher("down", cluster.path, cluster.log)
+            cluster.new_ports()
         logged = cluster.log.stat().st_size if cluster.log.exists() else 0
         up = launcher("up", cluster.path, cluster.log)
-        if up.returncode == 0 or attempt == PORT_ATTEMPTS - 1:
-            return up
         this_attempt = cluster.log.read_bytes()[logged:].decode(errors="replace")
-        if not any(words in this_attempt for words in PORT_TAKEN):  # it failed for another reason
-            return up
-        launcher("down", cluster.path, cluster.log)
-        cluster.new_ports()
-    return up
+        if up.returncode and attempt < PORT_ATTEMPTS - 1 and any(words in this_attempt for words in PORT_TAKEN):
+            raise RuntimeError("a head port was taken")
+        return up
+
+    return with_new_ports(start)
 
 
 def jobs_api(address, path, token=None):
