@@ -61,10 +61,8 @@ BIN := $(abspath $(VENV))/bin
 INSTALLED := $(VENV)/.installed
 TOOLS := $(VENV)/.installed-tools
 TESTS := $(VENV)/.installed-test
-# uv installs the locks; pip installs uv itself (from requirements-uv.txt, with hashes).
+# uv installs the locks, each .pyc at install (docs/development.md#dependencies); pip installs uv, hashed.
 UV := $(VENV)/bin/uv
-# --compile-bytecode: write every package's .pyc now. Without them, each Python process Ray starts
-# compiles what it imports, on every start where PYTHONDONTWRITEBYTECODE is set (as here).
 UV_INSTALL := $(UV) pip install --quiet --require-hashes --compile-bytecode --python $(VENV)/bin/python
 # How `make lock` resolves: for every platform (a laptop may be a Mac), for Python 3.11
 # (the image's), every file's hash. LOCK_ARGS=--upgrade moves every unpinned package to
