@@ -85,11 +85,14 @@ def isolated_home():
 
     `make test` exports RAY_AUTH_MODE=token, and Ray then writes ~/.ray/auth_token; a local
     Ray writes its session under /tmp/ray. Neither may land outside the suite's temp dirs.
-    The suite's Ray head (ray_head) lives here too, and stops at the end.
+    The suite's Ray head (ray_head) lives here too, and stops at the end. At the end, a file
+    the suite made in the real ~/.ray (where Ray writes in a home) is an error that names it.
     """
     # short: Ray puts Unix sockets under RAY_TMPDIR, and their paths are limited to 107 bytes
     root = Path(tempfile.mkdtemp(prefix="pongtest-", dir="/tmp"))
     saved = {k: os.environ.get(k) for k in ("HOME", "RAY_TMPDIR", "RAY_AUTH_MODE")}
+    real_ray = Path(saved["HOME"] or Path.home()) / ".ray"
+    before = set(real_ray.rglob("*"))
     (root / "home").mkdir()
     os.environ["HOME"], os.environ["RAY_TMPDIR"] = str(root / "home"), str(root / "ray")
     os.environ["RAY_AUTH_MODE"] = "token"  # as `make test` sets it, also when pytest runs on its own
@@ -103,6 +106,8 @@ def isolated_home():
             else:
                 os.environ[key] = value
         shutil.rmtree(root, ignore_errors=True)
+    made = sorted(str(p) for p in set(real_ray.rglob("*")) - before)
+    assert not made, f"the suite wrote outside its temp dirs, into the real home: {made}"
 
 
 def clean_env(**extra):
