@@ -449,6 +449,16 @@ def moto_with_iam(tmp_path):
     return server, endpoint
 
 
+def iam_user(iam, name, action):
+    """A user of moto's IAM allowed `action` on every resource; its access key."""
+    iam.create_user(UserName=name)
+    key = iam.create_access_key(UserName=name)["AccessKey"]
+    statement = {"Effect": "Allow", "Action": action, "Resource": "*"}
+    policy = json.dumps({"Version": "2012-10-17", "Statement": [statement]})
+    iam.put_user_policy(UserName=name, PolicyName=f"{name}-policy", PolicyDocument=policy)
+    return key
+
+
 def aws_env(endpoint, key=None):
     keys = (
         {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}

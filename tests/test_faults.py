@@ -6,7 +6,6 @@ running reward and every result in the metrics. And a run whose run dir stops ta
 writes ends with one line and keeps its last good checkpoint.
 """
 
-import json
 import os
 import signal
 import subprocess
@@ -15,7 +14,17 @@ import time
 
 import numpy as np
 import pytest
-from conftest import JOB_DIR, assert_same_run, aws_env, fields, moto_with_iam, read_metrics, stop_job, trainer_env
+from conftest import (
+    JOB_DIR,
+    assert_same_run,
+    aws_env,
+    fields,
+    iam_user,
+    moto_with_iam,
+    read_metrics,
+    stop_job,
+    trainer_env,
+)
 from pgpong import policy
 from pgpong.pool import RolloutPool
 
@@ -367,30 +376,14 @@ def test_s3_credentials_revoked_mid_run_end_it_in_one_line_keeping_the_last_good
         for key, value in aws_env(endpoint).items():
             monkeypatch.setenv(key, value)
         monkeypatch.delenv("AWS_PROFILE", raising=False)
-        iam = boto3.session.Session().client("iam")  # the 4 unchecked calls make an admin and the bucket
-        iam.create_user(UserName="admin")
-        admin = iam.create_access_key(UserName="admin")["AccessKey"]
-        iam.put_user_policy(
-            UserName="admin",
-            PolicyName="all",
-            PolicyDocument=json.dumps(
-                {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
-            ),
-        )
+        # the 4 unchecked calls make an admin (3) and the bucket
+        admin = iam_user(boto3.session.Session().client("iam"), "admin", "*")
         for key, value in aws_env(endpoint, admin).items():
             monkeypatch.setenv(key, value)
         session = boto3.session.Session()
         session.client("s3").create_bucket(Bucket="runs")
         iam = session.client("iam")
-        iam.create_user(UserName="trainer")
-        trainer_key = iam.create_access_key(UserName="trainer")["AccessKey"]
-        iam.put_user_policy(
-            UserName="trainer",
-            PolicyName="s3",
-            PolicyDocument=json.dumps(
-                {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
-            ),
-        )
+        trainer_key = iam_user(iam, "trainer", "s3:*")
 
         training = Training(
             "--batch-size",

@@ -148,7 +148,7 @@ def test_the_trainer_checkpoints_to_s3_and_resumes_from_it(s3):
 def test_a_bucket_that_denies_access_is_one_clear_line(tmp_path, monkeypatch):
     """A moto server of its own that checks IAM (after 4 unchecked setup calls), and a user with no S3 rights."""
     import boto3
-    from conftest import moto_with_iam
+    from conftest import iam_user, moto_with_iam
 
     server, endpoint = moto_with_iam(tmp_path)
     try:
@@ -156,16 +156,7 @@ def test_a_bucket_that_denies_access_is_one_clear_line(tmp_path, monkeypatch):
             monkeypatch.setenv(key, value)
         session = boto3.session.Session()
         session.client("s3").create_bucket(Bucket="locked")
-        iam = session.client("iam")
-        iam.create_user(UserName="outsider")
-        key = iam.create_access_key(UserName="outsider")["AccessKey"]
-        iam.put_user_policy(
-            UserName="outsider",
-            PolicyName="no-s3",
-            PolicyDocument=json.dumps(
-                {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "iam:GetUser", "Resource": "*"}]}
-            ),
-        )
+        key = iam_user(session.client("iam"), "outsider", "iam:GetUser")  # no S3 rights
         monkeypatch.setenv("AWS_ACCESS_KEY_ID", key["AccessKeyId"])
         monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", key["SecretAccessKey"])
         proc = train("--run-dir", "s3://locked/run")
