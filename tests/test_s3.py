@@ -152,13 +152,13 @@ def test_a_bucket_that_denies_access_is_one_clear_line(tmp_path, monkeypatch):
 
     server, endpoint = moto_with_iam(tmp_path)
     try:
-        for key, value in aws_env(endpoint).items():
-            monkeypatch.setenv(key, value)
+        for name, value in aws_env(endpoint).items():
+            monkeypatch.setenv(name, value)
         session = boto3.session.Session()
         session.client("s3").create_bucket(Bucket="locked")
         key = iam_user(session.client("iam"), "outsider", "iam:GetUser")  # no S3 rights
-        monkeypatch.setenv("AWS_ACCESS_KEY_ID", key["AccessKeyId"])
-        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", key["SecretAccessKey"])
+        for name, value in aws_env(endpoint, key).items():
+            monkeypatch.setenv(name, value)
         proc = train("--run-dir", "s3://locked/run")
         assert proc.returncode == 2 and proc.stdout == "", proc.stderr
         assert proc.stderr.strip() == (
