@@ -475,6 +475,13 @@ def aws_env(endpoint, key=None):
     }
 
 
+def use_aws(monkeypatch, endpoint, key=None, **extra):
+    """Point this process, and the children it starts, at the local AWS ENDPOINT: aws_env, then EXTRA variables."""
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    for name, value in {**aws_env(endpoint, key), **extra}.items():
+        monkeypatch.setenv(name, value)
+
+
 def run_trainer(args, env, timeout=600):
     """`python -m pgpong.train ARGS` in the job dir with that environment; its output captured."""
     return subprocess.run(

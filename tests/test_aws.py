@@ -29,7 +29,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from conftest import moto_server
+from conftest import moto_server, use_aws
 
 REPO = Path(__file__).resolve().parent.parent
 PREFLIGHT = REPO / "infra" / "preflight.py"
@@ -132,22 +132,11 @@ def aws(moto_endpoint, tmp_path, monkeypatch):
     urllib.request.urlopen(urllib.request.Request(moto_endpoint + "/moto-api/reset", method="POST")).close()
     publish_image_parameter(image_parameter(), UBUNTU_AMI)
     resolve_ssm_at_launch(monkeypatch)
-    env = {
-        "AWS_ENDPOINT_URL": moto_endpoint,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": REGION,
-        "AWS_CONFIG_FILE": os.devnull,
-        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-        "AWS_EC2_METADATA_DISABLED": "true",
-        # Ray writes the key pair it creates to ~/.ssh.
-        "HOME": str(tmp_path / "home"),
-    }
     (tmp_path / "home").mkdir()
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
     monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
+    # HOME: Ray writes the key pair it creates to ~/.ssh.
+    testing = {"AccessKeyId": "testing", "SecretAccessKey": "testing"}
+    use_aws(monkeypatch, moto_endpoint, testing, AWS_DEFAULT_REGION=REGION, HOME=str(tmp_path / "home"))
     # Ray caches its boto3 clients per region; start from none so they use this endpoint.
     from ray.autoscaler._private.aws.utils import resource_cache
 

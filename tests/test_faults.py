@@ -24,6 +24,7 @@ from conftest import (
     read_metrics,
     stop_job,
     trainer_env,
+    use_aws,
 )
 from pgpong import policy
 from pgpong.pool import RolloutPool
@@ -373,13 +374,10 @@ def test_s3_credentials_revoked_mid_run_end_it_in_one_line_keeping_the_last_good
     server, endpoint = moto_with_iam(tmp_path)
     training = None
     try:
-        for key, value in aws_env(endpoint).items():
-            monkeypatch.setenv(key, value)
-        monkeypatch.delenv("AWS_PROFILE", raising=False)
+        use_aws(monkeypatch, endpoint)
         # the 4 unchecked calls make an admin (3) and the bucket
         admin = iam_user(boto3.session.Session().client("iam"), "admin", "*")
-        for key, value in aws_env(endpoint, admin).items():
-            monkeypatch.setenv(key, value)
+        use_aws(monkeypatch, endpoint, admin)
         session = boto3.session.Session()
         session.client("s3").create_bucket(Bucket="runs")
         iam = session.client("iam")

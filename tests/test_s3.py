@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from conftest import aws_env, moto_server, train_locally
+from conftest import moto_server, train_locally, use_aws
 from pgpong import checkpoint, watch
 from pgpong.store import StoreError
 from test_checkpoint import make_state
@@ -18,10 +18,7 @@ def s3_endpoint():
 @pytest.fixture
 def s3(s3_endpoint, monkeypatch):
     """Made-up credentials for the local endpoint, a fresh bucket 'runs', and the environment for children."""
-    env = aws_env(s3_endpoint, {"AccessKeyId": "testing", "SecretAccessKey": "testing"})
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    use_aws(monkeypatch, s3_endpoint, {"AccessKeyId": "testing", "SecretAccessKey": "testing"})
     import boto3
 
     client = boto3.client("s3")
@@ -152,13 +149,11 @@ def test_a_bucket_that_denies_access_is_one_clear_line(tmp_path, monkeypatch):
 
     server, endpoint = moto_with_iam(tmp_path)
     try:
-        for name, value in aws_env(endpoint).items():
-            monkeypatch.setenv(name, value)
+        use_aws(monkeypatch, endpoint)
         session = boto3.session.Session()
         session.client("s3").create_bucket(Bucket="locked")
         key = iam_user(session.client("iam"), "outsider", "iam:GetUser")  # no S3 rights
-        for name, value in aws_env(endpoint, key).items():
-            monkeypatch.setenv(name, value)
+        use_aws(monkeypatch, endpoint, key)
         proc = train("--run-dir", "s3://locked/run")
         assert proc.returncode == 2 and proc.stdout == "", proc.stderr
         assert proc.stderr.strip() == (
