@@ -154,6 +154,7 @@ def test_a_bucket_that_denies_access_is_one_clear_line(tmp_path, monkeypatch):
         session.client("s3").create_bucket(Bucket="locked")
         key = iam_user(session.client("iam"), "outsider", "iam:GetUser")  # no S3 rights
         use_aws(monkeypatch, endpoint, key)
+        assert boto3.client("iam").get_user()["User"]["UserName"] == "outsider"  # the trainer runs as this user
         proc = train("--run-dir", "s3://locked/run")
         assert proc.returncode == 2 and proc.stdout == "", proc.stderr
         assert proc.stderr.strip() == (
