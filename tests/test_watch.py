@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 from conftest import JOB_DIR, REPO, clean_env, fields, run
-from pgpong import checkpoint, play, plot, rollout, watch
+from pgpong import play, plot, watch
 from PIL import Image
 from test_s3 import s3, s3_endpoint  # noqa: F401  (moto's S3 on loopback: a run dir on S3)
 
@@ -168,7 +168,7 @@ def test_make_play_prints_each_score_a_summary_and_writes_a_gif_and_its_last_scr
     rewards = [int(fields(g)["reward"]) for g in games]
     assert float(summary["mean_point_difference"]) == pytest.approx(sum(rewards) / 2)
     assert int(summary["games_won"]) == sum(r > 0 for r in rewards)
-    assert summary["gif"] == str(run_copy / "play-000001.gif") and summary["policy"] == "sampled"
+    assert summary["gif"] == str(run_copy / "play-000001.gif") and summary["policy"] == "greedy"
     size = (160 * 2, 210 * 2)  # the Atari screen, upscaled 2x
     with Image.open(summary["gif"]) as gif:
         assert gif.size == size and gif.is_animated
@@ -181,16 +181,22 @@ def test_make_play_prints_each_score_a_summary_and_writes_a_gif_and_its_last_scr
 
 
 @pytest.mark.slow
-def test_a_seed_replays_the_same_games_and_greedy_plays_too(tiny_run):
-    state = checkpoint.load(tiny_run[1] / "ckpt-000001.npz")
-    stepper = rollout.AtariStepper(state.config["env"])
+def test_a_seed_replays_the_same_games_under_either_policy(tiny_run, tmp_path, capsys):
+    """Greedy by default, sampled on request; either way the same seed plays the same game."""
+    ckpt = str(tiny_run[1] / "ckpt-000001.npz")
 
-    def game(seed, greedy=False):
-        return play.play_game(stepper, play.Policy(state.params), seed, 1, greedy)
+    def one_game(*policy):
+        play.main([ckpt, "--games", "1", "--seed", "5", "--out", str(tmp_path / "game.gif"), *policy])
+        out = capsys.readouterr().out
+        [game], [summary] = only(out, "game="), only(out, "play ")
+        del (game := fields(game))["seconds"]
+        return game, fields(summary)["policy"]
 
-    assert game(5) == game(5)
-    won, lost, steps = game(5, greedy=True)
-    assert max(won, lost) == 21 and steps > 0
+    greedy, sampled = one_game(), one_game("--policy", "sampled")
+    assert greedy[1] == "greedy" and sampled[1] == "sampled"
+    assert one_game("--policy", "greedy") == greedy and one_game("--policy", "sampled") == sampled
+    assert greedy[0]["steps"] != sampled[0]["steps"]  # the policy changed the game, not the env's draws
+    assert max(int(greedy[0]["agent"]), int(greedy[0]["computer"])) == 21
 
 
 @pytest.mark.slow
@@ -213,6 +219,7 @@ def test_plot_and_play_read_a_run_dir_on_s3(tiny_run, s3, tmp_path, capsys):  # 
         (["pgpong.play", "/nonexistent/ckpt-000001.npz"], "error: no checkpoint at /nonexistent/ckpt-000001.npz"),
         (["pgpong.play", str(REPO / "tests")], "holds no checkpoint (ckpt-NNNNNN.npz) yet"),
         (["pgpong.play", "x.npz", "--games", "0"], "argument --games: must be a whole number >= 1, not '0'"),
+        (["pgpong.play", "x.npz", "--policy", "best"], "argument --policy: invalid choice: 'best'"),
     ],
 )
 def test_a_wrong_path_is_one_line_and_exit_2(command, message):

@@ -3,12 +3,13 @@
 How to run (from the repo root; `make play CHECKPOINT=... GAMES=3` does the same):
 
     PYTHONPATH=job/pong python -m pgpong.play ~/pong-runs/a/ckpt-000100.npz --games 3
-    PYTHONPATH=job/pong python -m pgpong.play ~/pong-runs/a --greedy    # the run's newest checkpoint
+    PYTHONPATH=job/pong python -m pgpong.play ~/pong-runs/a --policy sampled    # the run's newest checkpoint
     PYTHONPATH=job/pong python -m pgpong.play docs/agent --games 10     # the shipped agent (make play)
 
-The policy acts as in training: the trainer's own kernel (policy.policy_step)
-preprocesses each screen, runs the network and plays UP with probability P(UP);
---greedy plays UP iff P(UP) > 0.5. Frame skips and sticky actions are the env's,
+The trainer's own kernel (policy.policy_step) preprocesses each screen and runs the
+network. By default the agent plays its more likely action, UP iff P(UP) > 0.5 (greedy,
+as evaluations of a trained policy usually do); --policy sampled plays UP with probability
+P(UP), as in training. Frame skips and sticky actions are the env's,
 drawn from a stream seeded by (--seed, game), so the same seed replays the same games.
 Writes the first game as an animated GIF (screens upscaled, nearest neighbour) and
 its last screen as a PNG beside it (the game ends on the deciding point, before the score
@@ -31,6 +32,7 @@ from .store import StoreError
 MAX_GIF_FRAMES = 3000  # a longer game is subsampled evenly down to this: under 100 MB of memory, a few MB of GIF
 ATARI_FPS = 60  # emulator frames per second: a GIF frame shows for as long as the frames it covers
 MAX_STEPS = 200_000  # a game longer than this (about an hour of play) is cut off
+POLICIES = ("greedy", "sampled")  # --policy: the first is the default
 PLAY_STREAM = 0  # the `update` part of each game's random-stream seed; training uses 1, 2, ...
 
 
@@ -174,7 +176,12 @@ def parse_args(argv):
         f"or a folder with an exported {checkpoint.AGENT_FILE} (make ship)",
     )
     p.add_argument("--games", type=_checked(_positive_int, "a whole number >= 1"), default=3, help="games to play")
-    p.add_argument("--greedy", action="store_true", help="play UP iff P(UP) > 0.5 instead of sampling as in training")
+    p.add_argument(
+        "--policy",
+        choices=POLICIES,
+        default="greedy",
+        help="greedy: UP iff P(UP) > 0.5; sampled: UP with probability P(UP), as in training",
+    )
     p.add_argument(
         "--seed",
         type=_checked(_non_negative_int, "a whole number >= 0"),
@@ -216,7 +223,9 @@ def main(argv=None):
     wins = 0
     for game in range(1, args.games + 1):
         t = time.perf_counter()
-        won, lost, steps = play_game(stepper, pol, args.seed, game, args.greedy, recorder if game == 1 else None)
+        won, lost, steps = play_game(
+            stepper, pol, args.seed, game, args.policy == "greedy", recorder if game == 1 else None
+        )
         totals[0] += won
         totals[1] += lost
         wins += won > lost
@@ -241,7 +250,7 @@ def main(argv=None):
             checkpoint=path,
             update=state.update,
             env=env_id,
-            policy="greedy" if args.greedy else "sampled",
+            policy=args.policy,
             seed=args.seed,
             games=args.games,
             agent_points=totals[0],
