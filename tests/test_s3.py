@@ -154,7 +154,8 @@ def test_a_bucket_that_denies_access_is_one_clear_line(tmp_path, monkeypatch):
         session.client("s3").create_bucket(Bucket="locked")
         key = iam_user(session.client("iam"), "outsider", "iam:GetUser")  # no S3 rights
         use_aws(monkeypatch, endpoint, key)
-        assert boto3.client("iam").get_user()["User"]["UserName"] == "outsider"  # the trainer runs as this user
+        # a new session reads the keys just set (boto3.client's default one keeps the first it saw)
+        assert boto3.session.Session().client("iam").get_user()["User"]["UserName"] == "outsider"
         proc = train("--run-dir", "s3://locked/run")
         assert proc.returncode == 2 and proc.stdout == "", proc.stderr
         assert proc.stderr.strip() == (
