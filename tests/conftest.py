@@ -475,6 +475,10 @@ def aws_env(endpoint, key=None):
     }
 
 
+# Made-up keys that moto accepts while it does not check IAM.
+TESTING_KEY = {"AccessKeyId": "testing", "SecretAccessKey": "testing"}
+
+
 def use_aws(monkeypatch, endpoint, key=None, **extra):
     """Point this process, and the children it starts, at the local AWS ENDPOINT: aws_env, then EXTRA variables."""
     monkeypatch.delenv("AWS_PROFILE", raising=False)

@@ -29,7 +29,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from conftest import moto_server, use_aws
+from conftest import TESTING_KEY, moto_server, use_aws
 
 REPO = Path(__file__).resolve().parent.parent
 PREFLIGHT = REPO / "infra" / "preflight.py"
@@ -135,8 +135,7 @@ def aws(moto_endpoint, tmp_path, monkeypatch):
     (tmp_path / "home").mkdir()
     monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
     # HOME: Ray writes the key pair it creates to ~/.ssh.
-    testing = {"AccessKeyId": "testing", "SecretAccessKey": "testing"}
-    use_aws(monkeypatch, moto_endpoint, testing, AWS_DEFAULT_REGION=REGION, HOME=str(tmp_path / "home"))
+    use_aws(monkeypatch, moto_endpoint, TESTING_KEY, AWS_DEFAULT_REGION=REGION, HOME=str(tmp_path / "home"))
     # Ray caches its boto3 clients per region; start from none so they use this endpoint.
     from ray.autoscaler._private.aws.utils import resource_cache
 

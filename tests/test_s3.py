@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from conftest import moto_server, train_locally, use_aws
+from conftest import TESTING_KEY, moto_server, train_locally, use_aws
 from pgpong import checkpoint, watch
 from pgpong.store import StoreError
 from test_checkpoint import make_state
@@ -18,7 +18,7 @@ def s3_endpoint():
 @pytest.fixture
 def s3(s3_endpoint, monkeypatch):
     """Made-up credentials for the local endpoint, a fresh bucket 'runs', and the environment for children."""
-    use_aws(monkeypatch, s3_endpoint, {"AccessKeyId": "testing", "SecretAccessKey": "testing"})
+    use_aws(monkeypatch, s3_endpoint, TESTING_KEY)
     import boto3
 
     client = boto3.client("s3")

@@ -179,7 +179,7 @@ def parse_args(argv):
     p.add_argument(
         "--policy",
         choices=POLICIES,
-        default="greedy",
+        default=POLICIES[0],
         help="greedy: UP iff P(UP) > 0.5; sampled: UP with probability P(UP), as in training",
     )
     p.add_argument(
