@@ -571,7 +571,7 @@ def assert_same_run(run_dir, reference_dir):
     from pgpong import checkpoint
 
     got, want = (checkpoint.load(checkpoint.checkpoints(str(d))[0]) for d in (run_dir, reference_dir))
-    counters = ("update", "episodes", "env_steps", "running_reward")
+    counters = ("update", "episodes", "env_steps", "running_reward", "rmsprop_steps")
     assert [getattr(got, k) for k in counters] == [getattr(want, k) for k in counters]
     for part in ("params", "cache"):
         for key in ("W1", "W2"):

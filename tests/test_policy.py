@@ -73,6 +73,41 @@ def test_rmsprop_matches_the_formula():
     assert np.allclose(w["W"], [1.0 + 0.1 * 0.5 / (np.sqrt(c[0]) + 1e-5), -2.0])
 
 
+def steps_taken(start, decay=0.99, updates=5, learning_rate=1e-3):
+    """|change| of every weight at each of `updates` RMSProp steps from a zero cache, under random gradients."""
+    rng = np.random.default_rng(0)
+    w = {"W": np.zeros(1000, dtype=np.float32)}
+    cache = policy.zeros_like_params(w)
+    moves = []
+    for t in range(1, updates + 1):
+        before = w["W"].copy()
+        g = {"W": rng.standard_normal(1000).astype(np.float32)}
+        policy.rmsprop_step(w, g, cache, learning_rate, decay, t if start == "corrected" else 0)
+        moves.append(np.abs(w["W"] - before))
+    return moves
+
+
+def test_the_corrected_start_moves_weights_by_the_rate_from_the_first_step():
+    """pg-pong's zero-started cache makes its first step lr / sqrt(1 - decay) per weight, 10x at 0.99;
+    divided by 1 - decay^t, every weight's first step is the rate itself, whatever the decay."""
+    zero, corrected = steps_taken("zero"), steps_taken("corrected")
+    assert np.median(zero[0]) == pytest.approx(10 * 1e-3, rel=1e-3)  # EPSILON shrinks the tiniest gradients' steps
+    assert np.median(corrected[0]) == pytest.approx(1e-3, rel=1e-3) and corrected[0].max() <= 1e-3
+    assert np.median(steps_taken("corrected", decay=0.94)[0]) == pytest.approx(1e-3, rel=1e-3)
+    # later steps: the corrected median stays near the rate; the zero start's stays inflated
+    assert 0.7e-3 < np.median(corrected[4]) < 1.3e-3
+    assert np.median(zero[4]) > 3 * np.median(corrected[4])
+
+
+def test_the_corrected_start_is_adams_second_moment_correction():
+    w, cache = {"W": np.array([1.0, -2.0])}, {"W": np.array([0.1, 0.2])}
+    g = {"W": np.array([0.5, -0.25])}
+    policy.rmsprop_step(w, g, cache, learning_rate=0.1, decay=0.94, steps=3)
+    c = 0.94 * np.array([0.1, 0.2]) + 0.06 * np.array([0.25, 0.0625])
+    assert np.allclose(cache["W"], c)  # the cache itself is pg-pong's; only the step divides it
+    assert np.allclose(w["W"], [1.0, -2.0] + 0.1 * g["W"] / (np.sqrt(c / (1 - 0.94**3)) + 1e-5))
+
+
 @pytest.fixture(scope="module")
 def recorded_episode():
     """One real Pong-v0 episode played by the dense textbook policy, screens kept."""

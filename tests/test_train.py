@@ -1,10 +1,12 @@
 """The trainer end to end on a local Ray: flags, a real run, resume, reproducibility."""
 
+import json
 import os
 import signal
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from conftest import JOB_DIR, assert_same_run, read_metrics, train_locally, trainer_env
 from pgpong import config, train
@@ -30,6 +32,8 @@ metrics = read_metrics
         (["--workers", "0"], "argument --workers: must be 'auto' or a whole number >= 1, not '0'"),
         (["--learning-rate", "nan"], "argument --learning-rate: must be 'auto' or a number > 0, not 'nan'"),
         (["--checkpoint-every", "1.5"], "argument --checkpoint-every: must be a whole number >= 1, not '1.5'"),
+        (["--rmsprop-start", "one"], "argument --rmsprop-start: must be 'corrected' or 'zero', not 'one'"),
+        (["--rmsprop-decay", "1"], "argument --rmsprop-decay: must be a number between 0 and 1, e.g. 0.99, not '1'"),
         (["--bogus", "1"], "unrecognized arguments: --bogus 1"),
         (["--env", "NoSuchGame-v9"], "unknown env id 'NoSuchGame-v9'"),
         (["--env", "CartPole-v1"], "is not an Atari (ALE) env"),
@@ -56,6 +60,7 @@ def test_config_defaults_are_the_job_defaults():
     cfg = config.parse_args([])
     defaults = (cfg.batch_size, cfg.workers, cfg.env, cfg.learning_rate, cfg.learning_rate_rule, cfg.updates)
     assert defaults == (300, "auto", "Pong-v0", config.auto_learning_rate(300), "auto", 0)
+    assert (cfg.rmsprop_start, cfg.rmsprop_decay) == ("corrected", 0.99)
     assert cfg.run_dir.startswith(config.DEFAULT_RUNS)
 
 
@@ -183,3 +188,42 @@ def test_a_corrupt_newest_checkpoint_is_named_and_the_run_resumes_from_the_one_b
     assert warning and "ckpt-000002.npz" in warning[0] and "using ckpt-000001.npz" in warning[0], again.stdout
     assert lines(again.stdout, "start ")[0]["resumed_at_update"] == "1"
     assert [m["update"] for m in metrics(run_dir)] == [1, 2]  # update 2 ran again, counted once
+
+
+def start_config(out):
+    return json.loads(lines(out, "start ")[0]["config"])
+
+
+def forget_optimizer(path):
+    """Rewrite a checkpoint as a trainer made before the optimizer fields existed wrote it."""
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(str(arrays.pop("meta")))
+    del meta["rmsprop_steps"], meta["config"]["rmsprop_start"], meta["config"]["rmsprop_decay"]
+    np.savez(path, meta=np.array(json.dumps(meta)), **arrays)
+
+
+@pytest.mark.slow
+def test_a_resumed_run_keeps_its_optimizer_and_refuses_another(tmp_path):
+    run_dir = tmp_path / "run"
+    args = ["--batch-size", "2", "--workers", "1", "--updates", "1", "--run-dir", str(run_dir)]
+    made = train_locally(*args, "--rmsprop-decay", "0.94")
+    assert made.returncode == 0, made.stderr[-3000:]
+    for flag, value in (("--rmsprop-start", "zero"), ("--rmsprop-decay", "0.99")):
+        refused = train_locally(*args, flag, value)
+        assert refused.returncode == 2 and refused.stdout == ""
+        assert refused.stderr.strip() == (
+            f"error: {run_dir} was made with {flag} {'corrected' if flag == '--rmsprop-start' else 0.94} "
+            f"and a resumed run keeps it; leave out {flag}, or start a new run with another --run-dir"
+        )
+    assert sorted(os.listdir(run_dir)) == ["ckpt-000001.npz", "metrics.jsonl"]  # nothing written
+
+    kept = train_locally(*args, "--rmsprop-start", "corrected")  # the run's own value may be named
+    assert kept.returncode == 0, kept.stderr[-3000:]
+    assert [start_config(kept.stdout)[k] for k in ("rmsprop_start", "rmsprop_decay")] == ["corrected", 0.94]
+
+    # a run from before these fields was made with pg-pong's optimizer, and goes on with it
+    forget_optimizer(run_dir / "ckpt-000002.npz")
+    old = train_locally(*args)
+    assert old.returncode == 0, old.stderr[-3000:]
+    assert [start_config(old.stdout)[k] for k in ("rmsprop_start", "rmsprop_decay")] == ["zero", 0.99]

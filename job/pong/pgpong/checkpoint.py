@@ -38,6 +38,7 @@ class State:
     env_steps: int = 0
     running_reward: float | None = None
     seconds: float = 0.0  # training wall-clock seconds, summed over runs
+    rmsprop_steps: int = 0  # RMSProp steps taken into the cache (the corrected start divides by 1 - decay^t)
     config: dict = dataclasses.field(default_factory=dict)
 
 
@@ -69,6 +70,7 @@ def save(run_dir, state, keep=KEEP):
         "env_steps": state.env_steps,
         "running_reward": state.running_reward,
         "seconds": state.seconds,
+        "rmsprop_steps": state.rmsprop_steps,
         "rng": {"seed": state.config.get("seed"), "next_update": state.update + 1},
         "config": state.config,
     }
@@ -99,6 +101,7 @@ def load(path):
     params["W1"] = np.asfortranarray(params["W1"])
     cache["W1"] = np.asfortranarray(cache["W1"])
     fields = {k: meta[k] for k in ("update", "episodes", "env_steps", "running_reward", "seconds")}
+    fields["rmsprop_steps"] = meta.get("rmsprop_steps", meta["update"])  # before the field: one step an update
     return State(params=params, cache=cache, config=meta["config"], **fields)
 
 

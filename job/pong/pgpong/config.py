@@ -12,6 +12,10 @@ import time
 
 DEFAULT_RUNS = "~/pong-runs"
 KARPATHY_LEARNING_RATE = 1e-4  # pg-pong's own step size: the reference, one flag away
+DECAY_RATE = 0.99  # pg-pong's RMSProp decay of the squared-gradient average
+# The optimizer fields of a run made before they existed: pg-pong's zero start and decay.
+OPTIMIZER_BEFORE_FIELDS = {"rmsprop_start": "zero", "rmsprop_decay": DECAY_RATE}
+KEPT_ON_RESUME = tuple(OPTIMIZER_BEFORE_FIELDS)  # a resumed run keeps these from its checkpoint
 RATES_FILE = os.path.join(os.path.dirname(__file__), "learning_rates.json")
 
 
@@ -33,6 +37,18 @@ class Config:
     )
     # Not a flag: how learning_rate was chosen, "auto" or "given", kept with the run's config.
     learning_rate_rule: str = dataclasses.field(default="given", metadata={"cli": False})
+    rmsprop_start: str = dataclasses.field(
+        default="corrected",
+        metadata={
+            "help": "RMSProp's first steps: corrected = the squared-gradient average divided by its weight "
+            "so far (1 - decay^t, as Adam), zero = pg-pong's zero-started cache, about 10x the rate at first; "
+            "a resumed run keeps its own"
+        },
+    )
+    rmsprop_decay: float = dataclasses.field(
+        default=DECAY_RATE,
+        metadata={"help": "RMSProp's decay of the squared-gradient average; a resumed run keeps its own"},
+    )
     run_dir: str = dataclasses.field(
         default="",
         metadata={"help": f"checkpoints and metrics.jsonl; reused to resume (default {DEFAULT_RUNS}/<time>)"},
@@ -72,6 +88,19 @@ def _positive_float(text):
     return value
 
 
+def _decay(text):
+    value = float(text)
+    if not 0 < value < 1:
+        raise ValueError
+    return value
+
+
+def _start(text):
+    if text not in ("corrected", "zero"):
+        raise ValueError
+    return text
+
+
 def _learning_rate(text):
     return text if text == "auto" else _positive_float(text)
 
@@ -108,6 +137,8 @@ _TYPES = {
     "seed": (_non_negative_int, "a whole number >= 0"),
     "learning_rate": (_learning_rate, "'auto' or a number > 0"),
     "checkpoint_every": (_positive_int, "a whole number >= 1"),
+    "rmsprop_start": (_start, "'corrected' or 'zero'"),
+    "rmsprop_decay": (_decay, "a number between 0 and 1, e.g. 0.99"),
 }
 
 
@@ -127,7 +158,8 @@ def _checked(convert, wanted):
     return parse
 
 
-def parser(prog="python -m pgpong.train"):
+def parser(prog="python -m pgpong.train", defaults=True):
+    """The trainer's flags; with defaults=False, a flag not given is left out of the result."""
     p = _Parser(prog=prog, description="Train Pong with Karpathy's policy gradient on Ray actors.")
     for f in dataclasses.fields(Config):
         if not f.metadata.get("cli", True):
@@ -136,10 +168,15 @@ def parser(prog="python -m pgpong.train"):
         p.add_argument(
             "--" + f.name.replace("_", "-"),
             type=_checked(convert, wanted),
-            default=f.default,
+            default=f.default if defaults else argparse.SUPPRESS,
             help=f.metadata["help"] + (f" (default: {f.default})" if f.default != "" else ""),
         )
     return p
+
+
+def given_flags(argv=None):
+    """The config fields named on the command line (argv or sys.argv), whatever their values."""
+    return set(vars(parser(defaults=False).parse_args(argv)))
 
 
 def parse_args(argv=None):

@@ -83,7 +83,16 @@ class Trainer:
             s.params, self.cfg.seed, update, self.cfg.batch_size, check_stop
         )
         t1 = time.perf_counter()
-        policy.rmsprop_step(s.params, grads, s.cache, self.cfg.learning_rate)
+        s.rmsprop_steps += 1
+        corrected = self.cfg.rmsprop_start == "corrected"
+        policy.rmsprop_step(
+            s.params,
+            grads,
+            s.cache,
+            self.cfg.learning_rate,
+            self.cfg.rmsprop_decay,
+            s.rmsprop_steps if corrected else 0,
+        )
         t2 = time.perf_counter()
         rewards = np.array([r.reward for r in results])
         steps = int(sum(r.steps for r in results))
@@ -206,8 +215,9 @@ class Trainer:
         return self.records
 
 
-def initial_state(cfg):
-    """Resume from the run directory's latest checkpoint, or start fresh."""
+def initial_state(cfg, given=frozenset()):
+    """Resume from the run directory's latest checkpoint, or start fresh. given: the config
+    fields named on the command line (config.given_flags)."""
     try:
         checkpoint.prepare_run_dir(cfg.run_dir)
     except StoreError as e:
@@ -221,8 +231,24 @@ def initial_state(cfg):
         params = policy.init_params(np.random.default_rng(cfg.seed))
         return checkpoint.State(params=params, cache=policy.zeros_like_params(params), config=as_dict), False
     checkpoint.trim_metrics(cfg.run_dir, state.update)
+    cfg = keep_optimizer(cfg, state.config, given)
     state.config = dataclasses.asdict(keep_learning_rate(cfg, state.config))
     return state, True
+
+
+def keep_optimizer(cfg, made_with, given):
+    """A resumed run keeps its optimizer (config.KEPT_ON_RESUME) from made_with, the checkpoint's
+    config; a run made before those fields existed used pg-pong's. Another value named on the
+    command line would make a different run under the same name: refused."""
+    kept = {k: made_with.get(k, before) for k, before in config.OPTIMIZER_BEFORE_FIELDS.items()}
+    for key, value in kept.items():
+        if key in given and getattr(cfg, key) != value:
+            flag = "--" + key.replace("_", "-")
+            fail(
+                f"{cfg.run_dir} was made with {flag} {value} and a resumed run keeps it; "
+                f"leave out {flag}, or start a new run with another --run-dir"
+            )
+    return dataclasses.replace(cfg, **kept)
 
 
 def keep_learning_rate(cfg, made_with):
@@ -248,7 +274,7 @@ def main(argv=None):
         rollout.check_env_id(cfg.env)
     except rollout.EnvError as e:
         fail(str(e))
-    state, resumed = initial_state(cfg)
+    state, resumed = initial_state(cfg, config.given_flags(argv))
     cfg = config.Config(**state.config)  # a resumed run may keep its own learning rate
 
     import ray
