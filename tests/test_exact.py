@@ -7,17 +7,17 @@ from conftest import assert_same_run, read_metrics, train_locally
 from pgpong import checkpoint, policy, rollout
 
 
-def played(learner, params, episodes, update=1, seed=5):
-    learner.set_weights(params)
+def played(runner, params, episodes, update=1, seed=5):
+    runner.set_weights(params)
     for ep in episodes:
-        learner.play(seed, update, ep)
-    return learner.take_gradient()
+        runner.play(seed, update, ep)
+    return runner.take_gradient()
 
 
 def test_a_sum_does_not_depend_on_who_played_what_or_in_which_order():
-    """Episodes 0..3 summed in one learner, and split over two learners folded in either order."""
+    """Episodes 0..3 summed in one runner, and split over two runners folded in either order."""
     params = policy.init_params(np.random.default_rng(3))
-    a, b = rollout.Learner("Pong-v0"), rollout.Learner("Pong-v0")
+    a, b = rollout.EnvRunner("Pong-v0"), rollout.EnvRunner("Pong-v0")
     whole = played(a, params, [0, 1, 2, 3])
     results = {}
     for first, second in (([3, 0], [2, 1]), ([1], [3, 2, 0])):
@@ -74,8 +74,8 @@ def test_the_seed_decides_the_episodes():
     """An episode is a function of (seed, update, episode): the same triple replays it, another seed
     plays another game."""
     params = policy.init_params(np.random.default_rng(3))
-    learner = rollout.Learner("Pong-v0")
-    learner.set_weights(params)
-    first, again, other = (learner.play(seed, 1, 0) for seed in (11, 11, 12))
+    runner = rollout.EnvRunner("Pong-v0")
+    runner.set_weights(params)
+    first, again, other = (runner.play(seed, 1, 0) for seed in (11, 11, 12))
     assert (first.steps, first.reward) == (again.steps, again.reward)
     assert first.steps != other.steps

@@ -46,8 +46,8 @@ def pool(local_ray):
 
 def play(pool, batch, hook=lambda: None, update=1):
     """One update of PARAMS: (results, gradients, what the ledger saw)."""
-    results, grads, _, _, _, outcome = pool.run_update(PARAMS, SEED, update, batch, hook)
-    return results, grads, outcome
+    played = pool.run_update(PARAMS, SEED, update, batch, hook)
+    return played.results, played.grads, played.ledger
 
 
 def assert_same_update(got, want):

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 from pgpong import policy
-from pgpong.pool import Ledger, LedgerError, RolloutPool
+from pgpong.pool import Batch, Ledger, LedgerError, RolloutPool
 
 SEED = 8
 BATCH = 6
@@ -53,26 +53,28 @@ def restart(pool, i, timeout_s=120):
 
 
 @pytest.mark.slow
-def test_an_actor_restarted_while_idle_loses_no_episode(local_ray):
+def test_an_actor_restarted_while_idle_loses_no_episode(local_ray, monkeypatch):
     params = policy.init_params(np.random.default_rng(SEED))
     lines = []
     pool = RolloutPool("Pong-v0", 2, out=lines.append)
     try:
-        _, reference, *_, clean = pool.run_update(params, SEED, 1, BATCH, lambda: None)
+        first = pool.run_update(params, SEED, 1, BATCH, lambda: None)
+        reference, clean = first.grads, first.ledger
         assert clean == {"ledger": "complete", "replayed": 0, "discarded": 0}
 
         # Between the last episode and the reduce, actor 0 (idle, its sum full) dies and is
         # restarted by Ray, so the reduce meets a fresh process with an empty sum.
-        real_reduce, restarted = pool._reduce, []
+        real_reduce, restarted = Batch.reduce, []
 
-        def reduce_after_idle_restart(*args):
+        def reduce_after_idle_restart(batch):
             if not restarted:
                 restart(pool, 0)
                 restarted.append(True)
-            return real_reduce(*args)
+            return real_reduce(batch)
 
-        pool._reduce = reduce_after_idle_restart
-        results, grads, *_, outcome = pool.run_update(params, SEED, 1, BATCH, lambda: None)
+        monkeypatch.setattr(Batch, "reduce", reduce_after_idle_restart)
+        played = pool.run_update(params, SEED, 1, BATCH, lambda: None)
+        results, grads, outcome = played.results, played.grads, played.ledger
         assert restarted
         assert outcome["ledger"] == "complete" and outcome["replayed"] >= 1, (outcome, lines)
         assert any(line.startswith("ledger ") and "action=replay" in line for line in lines), lines

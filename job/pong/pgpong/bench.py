@@ -45,8 +45,8 @@ class PairedActor:
     """The three designs in one process, each timed on its own episodes."""
 
     def __init__(self, env_id, params):
-        self.learner = rollout.Learner(env_id)
-        self.learner.set_weights(params)
+        self.runner = rollout.EnvRunner(env_id)
+        self.runner.set_weights(params)
         self.book = textbook.TextbookLearner(env_id)
         self.book.set_weights(params)
 
@@ -54,9 +54,9 @@ class PairedActor:
         """(env steps, seconds) of one episode of `design`."""
         if design == "raw":
             start = time.perf_counter()
-            steps = rollout.raw_episode(self.learner.stepper, seed, 0, episode)
+            steps = rollout.raw_episode(self.runner.stepper, seed, 0, episode)
             return steps, time.perf_counter() - start
-        result = self.learner.play(seed, 1, episode) if design == "trainer" else self.book.play(seed, 1, episode)[0]
+        result = self.runner.play(seed, 1, episode) if design == "trainer" else self.book.play(seed, 1, episode)[0]
         return result.steps, result.seconds
 
 

@@ -568,15 +568,15 @@ def probe(log_path, niceness=0, seed=0):
     os.nice(niceness)
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
-    learner = rollout.Learner("Pong-v0")
-    learner.set_weights(policy.init_params(np.random.default_rng(seed)))
-    learner.play(seed, 0, 0)  # compile or load the numba kernels outside the timing
+    runner = rollout.EnvRunner("Pong-v0")
+    runner.set_weights(policy.init_params(np.random.default_rng(seed)))
+    runner.play(seed, 0, 0)  # compile or load the numba kernels outside the timing
     episode = 0
     with open(log_path, "a") as log:
         while not stopping:
             wall, cpu = time.perf_counter(), time.process_time()
-            steps = learner.play(seed, 1, episode).steps
-            learner.take_gradient()
+            steps = runner.play(seed, 1, episode).steps
+            runner.take_gradient()
             log.write(
                 json.dumps(
                     {

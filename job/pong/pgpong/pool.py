@@ -10,6 +10,7 @@ when a node with free CPUs joins.
 """
 
 import collections
+import dataclasses
 import time
 
 import numpy as np
@@ -26,6 +27,18 @@ WAIT_S = 0.25  # ray.wait timeout: how soon the driver sees a signal (ray job st
 
 class PoolError(Exception):
     """The pool cannot start; the message says why in one line."""
+
+
+@dataclasses.dataclass
+class UpdateResult:
+    """What one update played and summed, and what it cost."""
+
+    results: list  # rollout.EpisodeResult of episodes 0..batch_size-1, in order
+    grads: dict  # the summed gradient, float32: {"W1": (H, D), "W2": (H,)}
+    driver_bytes: int  # bytes of the node sums the driver received
+    rollout_s: float  # seconds handing out and playing episodes
+    reduce_s: float  # seconds folding the sums into one
+    ledger: dict  # the ledger's outcome as update-line fields: ledger, replayed, discarded
 
 
 class RolloutPool:
@@ -58,10 +71,8 @@ class RolloutPool:
 
     # -- faults ----------------------------------------------------------------
 
-    def _lost(self, i, error, todo, owned, in_flight=()):
-        """Actor i failed: replay every episode its sum held, and wait until it answers again."""
-        episodes = owned.pop(i, []) + list(in_flight)
-        todo.extend(episodes)
+    def _lost(self, i, error, replayed):
+        """Actor i failed and `replayed` episodes of its sum are played again: wait until it answers."""
         if i in self.healthy:
             self.healthy.discard(i)
             self.actors[i].discard.remote()  # if it only hiccuped, its sum must not count twice
@@ -72,13 +83,13 @@ class RolloutPool:
                     actor=i,
                     node=self.node[i][:8],
                     error=type(error).__name__,
-                    replayed=len(episodes),
+                    replayed=replayed,
                     healthy=len(self.healthy),
                     note="restarting",
                 )
             )
-        elif episodes:
-            self.out(kv("fault", actor=i, node=self.node[i][:8], replayed=len(episodes)))
+        elif replayed:
+            self.out(kv("fault", actor=i, node=self.node[i][:8], replayed=replayed))
 
     def _heard_from(self, ref):
         i = self.probes.pop(ref)
@@ -95,100 +106,111 @@ class RolloutPool:
     # -- one update --------------------------------------------------------------
 
     def run_update(self, params, seed, update, batch_size, check_stop):
-        """Play episodes 0..batch_size-1 with `params` and sum their gradients, each exactly once.
-
-        Returns (results by episode, {"W1": (H, D), "W2": (H,)}, bytes received, rollout s,
-        reduce s, the ledger's outcome as update-line fields).
-        """
-        weights = [ray.put(params)]  # in a list, so an actor fetches it only when the update changes
-        todo = collections.deque(range(batch_size))
-        owned = collections.defaultdict(list)  # actor -> episodes whose gradient is in its sum
-        results = [None] * batch_size
-        ledger = Ledger(update, batch_size)
-        hidden, pixels = params["W1"].shape
-        total = (np.zeros((pixels, hidden), np.int64), np.zeros(hidden, np.int64), np.zeros(pixels, np.bool_))
-        nbytes, rollout_s, reduce_s, played = 0, 0.0, 0.0, [0]
-        while todo:
+        """Play episodes 0..batch_size-1 with `params` and sum their gradients, each exactly once."""
+        batch = Batch(self, params, seed, update, batch_size)
+        rollout_s = reduce_s = 0.0
+        while batch.todo:
             t = time.perf_counter()
-            self._play(weights, seed, update, todo, owned, results, check_stop, played)
+            batch.play(check_stop)
             rollout_s += time.perf_counter() - t
             t = time.perf_counter()
-            nbytes += self._reduce(todo, owned, total, ledger)
+            batch.reduce()
             reduce_s += time.perf_counter() - t
             # every sum is in or lost now: whatever the ledger lacks is played again
-            todo = collections.deque(ledger.missing())
-        ledger.check()
-        outcome = {"ledger": "complete", "replayed": played[0] - batch_size, "discarded": ledger.discarded}
-        return results, rollout.to_float(*total[:2]), nbytes, rollout_s, reduce_s, outcome
+            batch.todo = collections.deque(batch.ledger.missing())
+        batch.ledger.check()
+        ledger = {"ledger": "complete", "replayed": batch.played - batch_size, "discarded": batch.ledger.discarded}
+        grads = rollout.to_float(*batch.total[:2])
+        return UpdateResult(batch.results, grads, batch.driver_bytes, rollout_s, reduce_s, ledger)
 
-    def _play(self, weights, seed, update, todo, owned, results, check_stop, played):
-        running = {}  # play() ref -> (actor, episode)
+
+class Batch:
+    """One update's episodes on the pool: those left to play, whose sum holds which, their
+    results, the ledger, and the driver's fixed-point total."""
+
+    def __init__(self, pool, params, seed, update, batch_size):
+        self.pool = pool
+        self.weights = [ray.put(params)]  # in a list, so an actor fetches it only when the update changes
+        self.seed, self.update = seed, update
+        self.todo = collections.deque(range(batch_size))
+        self.owned = collections.defaultdict(list)  # actor -> episodes whose gradient is in its sum
+        self.results = [None] * batch_size
+        self.ledger = Ledger(update, batch_size)
+        hidden, pixels = params["W1"].shape
+        self.total = (np.zeros((pixels, hidden), np.int64), np.zeros(hidden, np.int64), np.zeros(pixels, np.bool_))
+        self.played = 0  # episodes handed out, replays included
+        self.driver_bytes = 0
+
+    def lose(self, i, error, in_flight=()):
+        """Actor i failed: replay every episode its sum held (and the one it was playing)."""
+        episodes = self.owned.pop(i, []) + list(in_flight)
+        self.todo.extend(episodes)
+        self.pool._lost(i, error, replayed=len(episodes))
+
+    def play(self, check_stop):
+        """Hand out todo to the idle healthy actors until every episode is played or lost."""
+        pool, running = self.pool, {}  # play() ref -> (actor, episode)
 
         def feed():
             busy = {i for i, _ in running.values()}
-            for i in sorted(self.healthy - busy):
-                if not todo:
+            for i in sorted(pool.healthy - busy):
+                if not self.todo:
                     return
-                ep = todo.popleft()
-                running[self.actors[i].play.remote(weights, seed, update, ep)] = (i, ep)
-                played[0] += 1
+                ep = self.todo.popleft()
+                running[pool.actors[i].play.remote(self.weights, self.seed, self.update, ep)] = (i, ep)
+                self.played += 1
 
         feed()
         waiting_said = False
-        while running or (todo and self.probes):
+        while running or (self.todo and pool.probes):
             if not running and not waiting_said:
-                self.out(kv("waiting", for_actors=len(self.probes), episodes_left=len(todo)))
+                pool.out(kv("waiting", for_actors=len(pool.probes), episodes_left=len(self.todo)))
                 waiting_said = True
-            ready, _ = ray.wait([*running, *self.probes], num_returns=1, timeout=WAIT_S)
+            ready, _ = ray.wait([*running, *pool.probes], num_returns=1, timeout=WAIT_S)
             check_stop()
             for ref in ready:
-                if ref in self.probes:
-                    self._heard_from(ref)
+                if ref in pool.probes:
+                    pool._heard_from(ref)
                     continue
                 i, ep = running.pop(ref)
                 try:
                     result, node = ray.get(ref)
                 except RayError as e:
-                    self._lost(i, e, todo, owned, in_flight=[ep])
+                    self.lose(i, e, in_flight=[ep])
                     continue
-                results[ep] = result
-                owned[i].append(ep)
-                self.node[i] = node
-                self.episodes_by_node[node] += 1
+                self.results[ep] = result
+                self.owned[i].append(ep)
+                pool.node[i] = node
+                pool.episodes_by_node[node] += 1
             feed()
 
-    def _reduce(self, todo, owned, total, ledger):
-        """Fold each node's sums into one on that node, then into `total` here if the ledger agrees.
-
-        Returns bytes received.
-        """
-        groups = collections.defaultdict(list)
-        for i in sorted(self.healthy):
-            groups[self.node[i]].append(i)
+    def reduce(self):
+        """Fold each node's sums into one on that node, then into `total` here if the ledger agrees."""
+        pool, groups = self.pool, collections.defaultdict(list)
+        for i in sorted(pool.healthy):
+            groups[pool.node[i]].append(i)
         calls = []
         for members in groups.values():
-            leader, rest = self.actors[members[0]], [self.actors[m] for m in members[1:]]
+            leader, rest = pool.actors[members[0]], [pool.actors[m] for m in members[1:]]
             calls.append((leader.combine.remote(*[a.take_gradient.remote() for a in rest]), members))
-        nbytes = 0
         for ref, members in calls:
             try:
                 grad = ray.get(ref)
             except RayError as e:  # an actor of this node died: all of the node's sums are replayed
                 for m in members:
-                    self._lost(m, e, todo, owned)
+                    self.lose(m, e)
                 continue
-            nbytes += rollout.grad_nbytes(grad)
-            expected = sorted(ep for m in members for ep in owned.pop(m, []))
+            self.driver_bytes += rollout.grad_nbytes(grad)
+            expected = sorted(ep for m in members for ep in self.owned.pop(m, []))
             held = sorted(grad["episodes"][:, 1].tolist())
             said = {"actors": ",".join(map(str, members)), "expected": len(expected), "held": len(held)}
-            if not ledger.accept(grad["episodes"]):
-                self.out(kv("ledger", **said, action="discarded"))
+            if not self.ledger.accept(grad["episodes"]):
+                pool.out(kv("ledger", **said, action="discarded"))
                 continue
-            rollout.add_sparse(*total, grad)
-            self.sums_received += 1
+            rollout.add_sparse(*self.total, grad)
+            pool.sums_received += 1
             if held != expected:  # e.g. an actor that died idle and came back with an empty sum
-                self.out(kv("ledger", **said, action="replay"))
-        return nbytes
+                pool.out(kv("ledger", **said, action="replay"))
 
 
 class LedgerError(AssertionError):

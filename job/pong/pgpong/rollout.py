@@ -188,7 +188,7 @@ class GradientOverflow(ArithmeticError):
     """One episode's gradient is too large for the fixed-point sum."""
 
 
-class Learner:
+class EnvRunner:
     """Plays episodes with fixed weights and sums their gradients until taken.
 
     The sum carries its ledger: the (update, episode) of every episode in it, so the

@@ -79,15 +79,14 @@ class Trainer:
         s = self.state
         update = s.update + 1
         t0 = time.perf_counter()
-        results, grads, nbytes, rollout_s, reduce_s, ledger = self.pool.run_update(
-            s.params, self.cfg.seed, update, self.cfg.batch_size, check_stop
-        )
+        played = self.pool.run_update(s.params, self.cfg.seed, update, self.cfg.batch_size, check_stop)
+        results = played.results
         t1 = time.perf_counter()
         s.rmsprop_steps += 1
         corrected = self.cfg.rmsprop_start == "corrected"
         policy.rmsprop_step(
             s.params,
-            grads,
+            played.grads,
             s.cache,
             self.cfg.learning_rate,
             self.cfg.rmsprop_decay,
@@ -113,11 +112,11 @@ class Trainer:
             "episode_len_mean": steps / len(results),
             "seconds": seconds,
             "env_steps_per_s": steps / seconds,
-            "rollout_s": rollout_s,
-            "reduce_s": reduce_s,
+            "rollout_s": played.rollout_s,
+            "reduce_s": played.reduce_s,
             "update_s": t2 - t1,
-            "driver_bytes": nbytes,
-            **ledger,  # ledger=complete: the sum held episodes 0..batch-1, each once
+            "driver_bytes": played.driver_bytes,
+            **played.ledger,  # ledger=complete: the sum held episodes 0..batch-1, each once
         }
 
     # -- watching it live: Ray's metrics and the log's trend line --------------

@@ -1,7 +1,6 @@
-"""The Ray edge: rollout actors and the per-node gradient reduce.
-
-`Worker` is a thin actor shell around rollout.Learner, which tests drive
-without Ray.
+"""The rollout actor: `Worker`, a thin Ray shell around rollout.EnvRunner, which tests
+drive without Ray. The pool (pool.py) hands it episodes and, for the per-node reduce,
+has one actor of each node `combine` the sums of the others.
 """
 
 import os
@@ -28,15 +27,15 @@ class Worker:
     """One rollout process. Ray restarts it if it dies; the pool replays what it lost."""
 
     def __init__(self, env_id):
-        self.learner = rollout.Learner(env_id)
+        self.runner = rollout.EnvRunner(env_id)
         self.node = ray.get_runtime_context().get_node_id()
         self.update = None  # the update whose weights are loaded
         self.warm_up()
 
     def warm_up(self):
         """Compile the numba kernels now (or load them from cache), not inside the first update."""
-        self.learner.play(0, 0, 0)
-        self.learner.take_gradient()
+        self.runner.play(0, 0, 0)
+        self.runner.take_gradient()
 
     def describe(self):
         threads, blas = blas_report()
@@ -53,19 +52,19 @@ class Worker:
     def play(self, weights, seed, update, episode):
         """Play one episode into the running sum; `weights` is [ref], fetched once per update."""
         if update != self.update:
-            self.learner.set_weights(ray.get(weights[0]))
+            self.runner.set_weights(ray.get(weights[0]))
             self.update = update
-        return self.learner.play(seed, update, episode), self.node
+        return self.runner.play(seed, update, episode), self.node
 
     def discard(self):
         """Drop the running sum (its episodes are being replayed elsewhere)."""
-        self.learner.take_gradient()
+        self.runner.take_gradient()
 
     def take_gradient(self):
-        return self.learner.take_gradient()
+        return self.runner.take_gradient()
 
     def combine(self, *grads):
         """Sum this actor's gradient with those of the other actors on its node; return one."""
         for g in grads:
-            self.learner.add(g)
-        return self.learner.take_gradient()
+            self.runner.add(g)
+        return self.runner.take_gradient()
