@@ -6,8 +6,9 @@ import json
 
 import numpy as np
 import pytest
-from conftest import JOB_DIR, REPO, clean_env, fields, run, trainer_env
-from pgpong import checkpoint, compare, watch
+from conftest import REPO, TOOLS_PATH, clean_env, fields, run, tools_env, trainer_env
+from pgpong import checkpoint, watch
+from pongtools import compare
 from test_watch import only
 
 pytestmark = pytest.mark.slow
@@ -79,7 +80,7 @@ def test_make_play_without_a_checkpoint_or_a_shipped_agent_says_what_to_pass(tmp
 
 
 def test_ship_refuses_a_run_without_checkpoints(tmp_path):
-    proc = run(["python", "-m", "pgpong.ship", str(tmp_path)], clean_env(PYTHONPATH="job/pong"), timeout=60)
+    proc = run(["python", "-m", "pongtools.ship", str(tmp_path)], tools_env(), timeout=60)
     assert proc.returncode == 2 and "holds no checkpoint" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
@@ -106,28 +107,23 @@ def test_at_episodes_takes_the_first_update_that_reached_the_milestone():
 def test_sweep_trains_each_setting_to_the_episodes_then_resumes_with_nothing_left(tmp_path):
     root = tmp_path / "lr"
     args = ["--root", str(root), "--episodes", "3", "--workers", "1", "2:1e-3", "3:2e-3"]
-    first = run_cli_module("pgpong.sweep", *args)
+    first = run_cli_module("pongtools.sweep", *args)
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
     sweeps = [fields(x) for x in only(first.stdout, "sweep run=")]
     assert [(s["batch_size"], s["updates"], s["left"]) for s in sweeps] == [("2", "2", "2"), ("3", "1", "1")]
     for name, batch, updates in (("b2-lr0.001", 2, 2), ("b3-lr0.002", 3, 1)):
         state = checkpoint.load(checkpoint.checkpoints(str(root / name))[0])
         assert (state.update, state.episodes, state.config["batch_size"]) == (updates, batch * updates, batch)
-    again = run_cli_module("pgpong.sweep", *args)
+    again = run_cli_module("pongtools.sweep", *args)
     assert again.returncode == 0 and "start " not in again.stdout  # nothing trained the second time
     assert [fields(x)["left"] for x in only(again.stdout, "sweep run=")] == ["0", "0"]
 
 
 def test_a_bad_sweep_setting_is_one_line_and_exit_2():
-    proc = run_cli_module("pgpong.sweep", "300")
+    proc = run_cli_module("pongtools.sweep", "300")
     assert proc.returncode == 2 and "must be BATCH:RATE" in proc.stderr, proc.stderr
 
 
 def run_cli_module(module, *args):
-    """python -m <module> ARGS in the job dir, unbuffered, on the suite's Ray head."""
-    return run(
-        ["python", "-m", module, *args],
-        trainer_env(),
-        cwd=JOB_DIR,
-        timeout=600,
-    )
+    """python -m <module> ARGS with the tools on the path, unbuffered, on the suite's Ray head."""
+    return run(["python", "-m", module, *args], trainer_env(PYTHONPATH=TOOLS_PATH), timeout=600)

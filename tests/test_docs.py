@@ -36,6 +36,7 @@ from conftest import THREADS, ray_head, trainer_env
 
 REPO = Path(__file__).resolve().parent.parent
 JOB_DIR = REPO / "job" / "pong"
+TOOLS_DIR = REPO / "job" / "tools"
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 # Files whose text may cite a docs section: the code, the Makefile, configs, the docs.
 CITING = [
@@ -186,7 +187,7 @@ def run_tiny(env, train_stdout=None):
         [
             sys.executable,
             "-m",
-            "pgpong.bench",
+            "pongtools.bench",
             "--batch-size",
             "2",
             "--workers",
@@ -196,8 +197,7 @@ def run_tiny(env, train_stdout=None):
             "--textbook-episodes",
             "1",
         ],
-        cwd=JOB_DIR,
-        env=env,
+        env=dict(env, PYTHONPATH=f"{JOB_DIR}{os.pathsep}{TOOLS_DIR}"),
         capture_output=True,
         text=True,
         timeout=600,

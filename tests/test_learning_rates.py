@@ -6,7 +6,8 @@ import math
 
 import pytest
 from conftest import REPO
-from pgpong import compare, config, train, watch
+from pgpong import config, train, watch
+from pongtools import compare
 
 with open(config.RATES_FILE) as f:
     TABLE = json.load(f)

@@ -2,7 +2,6 @@
 measured here, the command's key=value lines, its inputs rebuilt from a run, and the
 trainer's progress and ETA on a real small run."""
 
-import importlib.util
 import json
 import os
 import pathlib
@@ -11,10 +10,12 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import JOB_DIR, REPO, fields, train_locally
-from pgpong import config, plan, train
+import yaml
+from conftest import JOB_DIR, REPO, TOOLS_DIR, fields, train_locally
+from pgpong import config, train
+from pongtools import plan
 
-# What `python -m pgpong.plan calibrate` measured here: a batch-10 and a batch-300 run of the
+# What `python -m pongtools.plan calibrate` measured here: a batch-10 and a batch-300 run of the
 # trainer, and beside them, the whole time, a probe process playing episodes (its rate).
 CALIBRATION = pathlib.Path(__file__).with_name("plan_calibration.json")
 TOLERANCE = 0.15
@@ -105,16 +106,15 @@ def test_probe_rate_counts_steps_within_the_window():
 
 
 def run_plan(*args):
-    env = dict(os.environ, PYTHONPATH=f"{JOB_DIR}{os.pathsep}{REPO / 'infra'}")
+    env = dict(os.environ, PYTHONPATH=f"{JOB_DIR}{os.pathsep}{TOOLS_DIR}")
     return subprocess.run(
-        [sys.executable, "-m", "pgpong.plan", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "pongtools.plan", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
     )
 
 
 def test_plan_prints_each_answer_with_its_inputs():
-    spec = importlib.util.spec_from_file_location("preflight", REPO / "infra" / "preflight.py")
-    preflight = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(preflight)  # the one table of prices
+    with open(REPO / "infra" / "prices.yaml") as f:
+        prices = yaml.safe_load(f)  # the one file of prices, which preflight reads too
     proc = run_plan("--nodes", "11", "--cpus", "18", "--batch-size", "300", "--samples", "50")
     assert proc.returncode == 0, proc.stderr
     lines = {ln.split("=", 1)[0]: fields(ln) for ln in proc.stdout.splitlines() if "=" in ln.split()[0]}
@@ -125,10 +125,11 @@ def test_plan_prints_each_answer_with_its_inputs():
     assert per_update["episode_lengths_source"] == inputs["learning"]["run"]
     seconds = float(per_update["seconds_per_update"])
     assert float(lines["episodes_per_hour"]["episodes_per_hour"]) == pytest.approx(300 * 3600 / seconds, rel=1e-3)
-    usd = preflight.ON_DEMAND_USD_PER_HOUR[("c5.9xlarge", "us-west-2")]
+    usd = prices["usd_per_hour"]["us-west-2"]["c5.9xlarge"]
     dollars = lines["dollars_per_hour"]
     assert float(dollars["dollars_per_hour"]) == pytest.approx(11 * usd)
     assert dollars["instance_type"] == "c5.9xlarge" and dollars["region"] == "us-west-2"
+    assert dollars["price_source"] == prices["source"].replace(", ", "/").replace(" ", "_")
     win = lines["hours_to_win"]
     assert win["episodes_to_win_source"] and win["episodes_to_win_kind"] and win["learned_at_batch_size"]
     hours = float(win["hours_to_win"])
@@ -160,6 +161,7 @@ def test_more_actors_make_an_update_faster_until_the_batch_runs_out():
         (["--nodes", "abc"], "argument --nodes: invalid int value: 'abc'"),
         (["--inputs", "/nonexistent/plan_inputs.json"], "no plan inputs at /nonexistent/plan_inputs.json"),
         (["--cluster", "/nonexistent.yaml"], "cannot read the head's InstanceType and provider.region"),
+        (["--prices", "/nonexistent.yaml"], "cannot read the prices in /nonexistent.yaml"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message):

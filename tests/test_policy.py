@@ -2,8 +2,9 @@
 
 import numpy as np
 import pytest
-from pgpong import policy, textbook
+from pgpong import policy
 from pong_helpers import sparse_replay
+from pongtools import textbook
 
 
 def blank_screen():

@@ -1,9 +1,9 @@
 """Benchmark: the trainer against the raw emulator and against the textbook design.
 
-How to run (from job/pong; `make bench` does this):
+How to run (from the repo root; `make bench` does this):
 
-    python -m pgpong.bench                      # batch 300, one actor per CPU
-    python -m pgpong.bench --batch-size 30      # quicker, same measurements
+    PYTHONPATH=job/pong:job/tools python -m pongtools.bench                  # batch 300, one actor per CPU
+    PYTHONPATH=job/pong:job/tools python -m pongtools.bench --batch-size 30  # quicker, same measurements
 
 All phases run in one invocation, on the same number of single-CPU Ray actors, with
 the same env settings:
@@ -32,9 +32,10 @@ import time
 
 import numpy as np
 import ray
+from pgpong import checkpoint, config, policy, rollout, train
+from pgpong.logline import kv
 
-from . import checkpoint, config, policy, rollout, textbook, train
-from .logline import kv
+from pongtools import actor_path, textbook
 
 TARGET_VS_RAW = 0.90
 TARGET_VS_TEXTBOOK = 3.0
@@ -170,7 +171,7 @@ def bench_textbook(env_id, workers, episodes):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m pgpong.bench", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m pongtools.bench", description=__doc__.split("\n")[0])
     p.add_argument("--batch-size", type=int, default=300, help="episodes in the trainer's update (default 300)")
     p.add_argument("--workers", type=int, default=0, help="actors in every phase (default: one per CPU)")
     p.add_argument(
@@ -184,7 +185,7 @@ def main(argv=None):
     if args.batch_size < 1 or args.workers < 0 or args.pairs < 1 or args.textbook_episodes < 0:
         p.error("sizes must be positive")
     rollout.check_env_id(args.env)
-    ray.init(address=os.environ.get("RAY_ADDRESS", "local"), logging_level="warning")
+    ray.init(address=os.environ.get("RAY_ADDRESS", "local"), logging_level="warning", runtime_env=actor_path())
     workers = args.workers or int(ray.cluster_resources()["CPU"])
     print(
         kv(

@@ -8,9 +8,8 @@ equal; the benchmark measures it as the baseline to beat. No Ray here.
 import time
 
 import numpy as np
-
-from . import policy
-from .rollout import AtariStepper, EpisodeResult, RandomStream
+from pgpong import policy
+from pgpong.rollout import AtariStepper, EpisodeResult, RandomStream
 
 
 def sigmoid(x):

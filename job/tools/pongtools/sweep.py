@@ -3,8 +3,8 @@ of episodes, so that they can be compared by episodes, which do not depend on ho
 
 How to run (from the repo root; `make sweep` and `make compare` do the same):
 
-    PYTHONPATH=job/pong python -m pgpong.sweep --root ~/pong-lr --episodes 6000 300:3e-3 300:1e-3 50:2e-3
-    PYTHONPATH=job/pong python -m pgpong.compare ~/pong-lr/* --at 1000,3000,6000
+    PYTHONPATH=job/pong:job/tools python -m pongtools.sweep --root ~/pong-lr --episodes 6000 300:3e-3 300:1e-3 50:2e-3
+    PYTHONPATH=job/pong:job/tools python -m pongtools.compare ~/pong-lr/* --at 1000,3000,6000
 
 Each setting BATCH:RATE trains with the real trainer (python -m pgpong.train, seed 0) in
 <root>/b<BATCH>-lr<RATE> until it has played --episodes episodes, one setting after the other.
@@ -17,9 +17,12 @@ import signal
 import subprocess
 import sys
 
-from . import checkpoint
-from .config import _checked, _Parser, _positive_float, _positive_int
-from .logline import kv
+import pgpong
+from pgpong import checkpoint
+from pgpong.config import _checked, _Parser, _positive_float, _positive_int
+from pgpong.logline import kv
+
+JOB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(pgpong.__file__)))  # the trainer runs there, as in a job
 
 
 def setting(text):
@@ -41,7 +44,7 @@ def updates_done(path):
 
 
 def main(argv=None):
-    p = _Parser(prog="python -m pgpong.sweep", description=__doc__.split("\n\n")[0])
+    p = _Parser(prog="python -m pongtools.sweep", description=__doc__.split("\n\n")[0])
     p.add_argument(
         "settings",
         nargs="+",
@@ -95,7 +98,7 @@ def main(argv=None):
             "--checkpoint-every",
             str(max(1, 1000 // batch)),
         ]
-        proc = subprocess.Popen(command, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        proc = subprocess.Popen(command, cwd=JOB_DIR)
         child[:] = [proc]
         try:
             code = proc.wait()
@@ -105,7 +108,7 @@ def main(argv=None):
         if code != 0 or stopping:
             print(kv("sweep", stopped=path, exit=code, resume="run the same command again"), flush=True)
             sys.exit(code or 1)
-    print(kv("sweep", done=len(args.settings), compare=f"python -m pgpong.compare {root}/*"), flush=True)
+    print(kv("sweep", done=len(args.settings), compare=f"python -m pongtools.compare {root}/*"), flush=True)
 
 
 if __name__ == "__main__":

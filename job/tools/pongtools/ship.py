@@ -2,8 +2,8 @@
 
 How to run (from the repo root; `make ship RUN=...` does this, then draws the curve and a game):
 
-    PYTHONPATH=job/pong python -m pgpong.ship ~/pong-runs/a                # its newest checkpoint
-    PYTHONPATH=job/pong python -m pgpong.ship ~/pong-runs/a --checkpoint ~/pong-runs/a/ckpt-000900.npz
+    PYTHONPATH=job/pong:job/tools python -m pongtools.ship ~/pong-runs/a                # its newest checkpoint
+    PYTHONPATH=job/pong:job/tools python -m pongtools.ship ~/pong-runs/a --checkpoint ~/pong-runs/a/ckpt-000900.npz
 
 Writes into --out (default docs/agent):
 - pong-agent.npz: W1 and W2 as float16 (2.6 MB instead of the checkpoint's 10 MB with its
@@ -18,12 +18,11 @@ import os
 import sys
 
 import numpy as np
-
-from . import checkpoint
-from .config import _Parser
-from .logline import kv
-from .store import StoreError
-from .watch import SHIPPED_METRICS, read_metrics
+from pgpong import checkpoint
+from pgpong.config import _Parser
+from pgpong.logline import kv
+from pgpong.store import StoreError
+from pgpong.watch import SHIPPED_METRICS, read_metrics
 
 DEFAULT_OUT = "docs/agent"
 
@@ -44,7 +43,7 @@ def metrics_until(run_dir, last_update):
 
 
 def main(argv=None):
-    p = _Parser(prog="python -m pgpong.ship", description=__doc__.split("\n\n")[0])
+    p = _Parser(prog="python -m pongtools.ship", description=__doc__.split("\n\n")[0])
     p.add_argument("run_dir", help="the trainer's --run-dir (a folder or s3://bucket/prefix)")
     p.add_argument("--checkpoint", help="the checkpoint to ship (default: the run's newest)")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"folder to write (default: {DEFAULT_OUT})")

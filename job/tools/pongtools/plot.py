@@ -2,8 +2,8 @@
 
 How to run (from the repo root; `make plot RUN=...` does the same):
 
-    PYTHONPATH=job/pong python -m pgpong.plot ~/pong-runs/a            # writes ~/pong-runs/a/curve.png
-    PYTHONPATH=job/pong python -m pgpong.plot s3://bucket/runs/a --out a.png
+    PYTHONPATH=job/pong:job/tools python -m pongtools.plot ~/pong-runs/a            # writes ~/pong-runs/a/curve.png
+    PYTHONPATH=job/pong:job/tools python -m pongtools.plot s3://bucket/runs/a --out a.png
 
 It works on a run still in progress: the line the trainer is writing right now is
 skipped until it is whole. The title is the run's config, from its newest
@@ -14,10 +14,10 @@ Needs matplotlib (requirements-tools.in, installed from its lock by `make plot`)
 import os
 import sys
 
-from . import checkpoint, watch
-from .config import _Parser
-from .logline import kv
-from .store import StoreError, join
+from pgpong import checkpoint, watch
+from pgpong.config import _Parser
+from pgpong.logline import kv
+from pgpong.store import StoreError, join
 
 SIZE_IN = (12, 8)  # figure size in inches
 DPI = 100  # so the PNG is 1200 x 800 pixels
@@ -105,7 +105,7 @@ def default_out(run_dir):
 
 
 def main(argv=None):
-    p = _Parser(prog="python -m pgpong.plot", description=__doc__.split("\n\n")[0])
+    p = _Parser(prog="python -m pongtools.plot", description=__doc__.split("\n\n")[0])
     p.add_argument("run_dir", help="the run directory: a folder or s3://bucket/prefix")
     p.add_argument("--out", help="PNG to write (default: <run dir>/curve.png; for S3, ./<name>-curve.png)")
     args = p.parse_args(argv)

@@ -2,9 +2,9 @@
 
 How to run (from the repo root; `make play CHECKPOINT=... GAMES=3` does the same):
 
-    PYTHONPATH=job/pong python -m pgpong.play ~/pong-runs/a/ckpt-000100.npz --games 3
-    PYTHONPATH=job/pong python -m pgpong.play ~/pong-runs/a --policy sampled    # the run's newest checkpoint
-    PYTHONPATH=job/pong python -m pgpong.play docs/agent --games 10     # the shipped agent (make play)
+    PYTHONPATH=job/pong:job/tools python -m pongtools.play ~/pong-runs/a/ckpt-000100.npz --games 3
+    PYTHONPATH=job/pong:job/tools python -m pongtools.play ~/pong-runs/a --policy sampled    # the run's newest checkpoint
+    PYTHONPATH=job/pong:job/tools python -m pongtools.play docs/agent --games 10     # the shipped agent (make play)
 
 The trainer's own kernel (policy.policy_step) preprocesses each screen and runs the
 network. By default the agent plays its more likely action, UP iff P(UP) > 0.5 (greedy,
@@ -23,11 +23,10 @@ import sys
 import time
 
 import numpy as np
-
-from . import checkpoint, policy, rollout
-from .config import DEFAULT_RUNS, _checked, _non_negative_int, _Parser, _positive_int
-from .logline import kv
-from .store import StoreError
+from pgpong import checkpoint, policy, rollout
+from pgpong.config import DEFAULT_RUNS, _checked, _non_negative_int, _Parser, _positive_int
+from pgpong.logline import kv
+from pgpong.store import StoreError
 
 MAX_GIF_FRAMES = 3000  # a longer game is subsampled evenly down to this: under 100 MB of memory, a few MB of GIF
 ATARI_FPS = 60  # emulator frames per second: a GIF frame shows for as long as the frames it covers
@@ -169,7 +168,7 @@ def default_gif(ckpt_path, update):
 
 
 def parse_args(argv):
-    p = _Parser(prog="python -m pgpong.play", description=__doc__.split("\n\n")[0])
+    p = _Parser(prog="python -m pongtools.play", description=__doc__.split("\n\n")[0])
     p.add_argument(
         "checkpoint",
         help="a ckpt-NNNNNN.npz (local or s3://...), a run dir (its newest checkpoint), "

@@ -3,7 +3,7 @@
 How to run (from the repository root; `make plan` does the first):
 
     make plan NODES=11 CPUS=18 BATCH=300           # the headline cluster, cluster/aws.yaml's price
-    PYTHONPATH=job/pong:infra .venv/bin/python -m pgpong.plan --nodes 1 --cpus 2 --batch-size 10
+    PYTHONPATH=job/pong:job/tools .venv/bin/python -m pongtools.plan --nodes 1 --cpus 2 --batch-size 10
     make plan-inputs RUN=/root/pong-win/run1        # rebuild the learning inputs from a run's metrics
 
 No Ray is needed to plan. The model works from measured inputs in plan_inputs.json
@@ -25,8 +25,8 @@ episodes (and long chains) as the agent gets better.
 Measuring the inputs (Ray and the emulator, half an hour on a busy 2-core machine;
 take `flock /tmp/bench.lock` on a shared one):
 
-    cd job/pong && python -m pgpong.plan calibrate --out cal.json --work-dir /tmp/cal
-    PYTHONPATH=job/pong python -m pgpong.plan inputs --calibration cal.json --run <run dir>
+    PYTHONPATH=job/pong:job/tools python -m pongtools.plan calibrate --out cal.json --work-dir /tmp/cal
+    PYTHONPATH=job/pong:job/tools python -m pongtools.plan inputs --calibration cal.json --run <run dir>
 
 `calibrate` runs the trainer at batch 10 and at batch 300 with a probe process playing
 episodes beside them the whole time (the rate a core gives under the load of the
@@ -42,9 +42,8 @@ import sys
 import time
 
 import numpy as np
-
-from .logline import kv
-from .policy import D, H
+from pgpong.logline import kv
+from pgpong.policy import D, H
 
 INPUTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plan_inputs.json")
 QUANTILES = np.linspace(0.0, 1.0, 21)  # stored per stage: the 0, 5, ..., 100th percentiles of episode length
@@ -174,11 +173,9 @@ def plan(inputs, nodes, cpus, batch_size, core_rate=None, network_gbps=NETWORK_G
     }, stages
 
 
-def price(cluster_path):
-    """(USD per node-hour, instance type, region, source) for the head node type of a cluster YAML.
-
-    The price comes from infra/preflight.py's table, the one place prices live.
-    """
+def price(cluster_path, prices_path):
+    """(USD per node-hour, instance type, region, source) for the head node type of a cluster YAML,
+    from the price file that `make preflight` reads too (infra/prices.yaml)."""
     import yaml
 
     try:
@@ -192,16 +189,14 @@ def price(cluster_path):
             "pass --usd-per-node-hour instead"
         ) from None
     try:
-        import preflight
-    except ImportError:
-        raise PlanError(
-            "infra/preflight.py (the price table) is not importable; run through `make plan`, "
-            "or pass --usd-per-node-hour"
-        ) from None
-    usd = preflight.ON_DEMAND_USD_PER_HOUR.get((head, region))
+        with open(prices_path) as f:
+            prices = yaml.safe_load(f)
+        usd, source = prices["usd_per_hour"].get(region, {}).get(head), prices["source"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError):
+        raise PlanError(f"cannot read the prices in {prices_path}; pass --prices or --usd-per-node-hour") from None
     if usd is None:
-        raise PlanError(f"preflight's table has no price for {head} in {region}; pass --usd-per-node-hour")
-    return usd, head, region, preflight.PRICE_SOURCE
+        raise PlanError(f"{prices_path} has no price for {head} in {region}; pass --usd-per-node-hour")
+    return usd, head, region, source
 
 
 def report(inputs, args, out=print):
@@ -209,7 +204,7 @@ def report(inputs, args, out=print):
     if args.usd_per_node_hour is not None:
         usd, instance, region, source = args.usd_per_node_hour, "given", "given", "--usd-per-node-hour"
     else:
-        usd, instance, region, source = price(args.cluster)
+        usd, instance, region, source = price(args.cluster, args.prices)
     result, stages = plan(
         inputs, args.nodes, args.cpus, args.batch_size, args.core_rate, args.network_gbps, args.samples, args.seed
     )
@@ -356,8 +351,8 @@ def read_metrics(run_dir):
 def run_config(run_dir, lines):
     """batch size, learning rate, workers of a run: from its newest checkpoint, else from its metrics."""
     config = {"batch_size": lines[0]["episodes"], "learning_rate": None, "workers": None, "seed": None}
-    from . import checkpoint
-    from .store import StoreError
+    from pgpong import checkpoint
+    from pgpong.store import StoreError
 
     try:
         latest = checkpoint.checkpoints(run_dir)
@@ -471,7 +466,7 @@ def learning_inputs(run_dir, reference=None, stage_episodes=STAGE_EPISODES, win_
 
 def fold_seconds(repeats=20):
     """Seconds to fold one dense node gradient into a sum (rollout.add_sparse), timed here."""
-    from . import policy, rollout
+    from pgpong import policy, rollout
 
     rng = np.random.default_rng(0)
     cols = np.arange(policy.D, dtype=np.int32)
@@ -530,8 +525,8 @@ def build_inputs(path, run_dir=None, calibration_path=None):
     """Rebuild the parts of the inputs file given: the learning part from a run, the rest from a calibration."""
     inputs = load_inputs(path) if os.path.exists(path) else {}
     inputs["about"] = (
-        "Inputs of pgpong.plan, measured on the dev machine; "
-        "rebuild with `make plan-inputs RUN=<run dir>` (see pgpong/plan.py)"
+        "Inputs of pongtools.plan, measured on the dev machine; "
+        "rebuild with `make plan-inputs RUN=<run dir>` (see pongtools/plan.py)"
     )
     if calibration_path:
         with open(calibration_path) as f:
@@ -540,7 +535,7 @@ def build_inputs(path, run_dir=None, calibration_path=None):
         inputs["costs"] = cost_inputs(calibration)
     if run_dir:
         inputs["learning"] = learning_inputs(run_dir, inputs.get("reference"))
-        inputs["learning"]["command"] = f"python -m pgpong.plan inputs --run {run_dir}"
+        inputs["learning"]["command"] = f"python -m pongtools.plan inputs --run {run_dir}"
     missing = {"core", "costs", "learning"} - set(inputs)
     if missing:
         raise PlanError(f"{path} still lacks {', '.join(sorted(missing))}; pass --calibration and --run")
@@ -563,7 +558,7 @@ def probe(log_path, niceness=0, seed=0):
     """
     import signal
 
-    from . import policy, rollout
+    from pgpong import policy, rollout
 
     os.nice(niceness)
     stopping = []
@@ -607,15 +602,18 @@ def probe_rate(episodes, start, end, processes=1):
 def measure_broadcast(workers, repeats=5):
     """Seconds from the driver's ray.put of the weights to every actor of this node holding them."""
     import ray
+    from pgpong import policy
 
-    from . import policy
+    from pongtools import actor_path
 
     @ray.remote(num_cpus=1)
     class Holder:
         def fetch(self, refs):
             return ray.get(refs[0])["W2"].shape
 
-    ray.init(address="local", num_cpus=workers, include_dashboard=False, logging_level="error")
+    ray.init(
+        address="local", num_cpus=workers, include_dashboard=False, logging_level="error", runtime_env=actor_path()
+    )
     try:
         actors = [Holder.remote() for _ in range(workers)]
         ray.get([a.fetch.remote([ray.put({"W2": np.zeros(1)})]) for a in actors])  # actors up
@@ -647,7 +645,7 @@ def calibrate(out_path, work_dir, runs=((10, 20), (300, 2)), workers=2):
     # the actors here): on a busy machine they get less CPU than a process at 0 would.
     niceness = int(os.environ.get("RAY_worker_niceness", "15"))
     record = {
-        "command": "python -m pgpong.plan " + " ".join(sys.argv[1:]),
+        "command": "python -m pongtools.plan " + " ".join(sys.argv[1:]),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": machine(),
         "broadcast_s": measure_broadcast(workers),
@@ -659,7 +657,7 @@ def calibrate(out_path, work_dir, runs=((10, 20), (300, 2)), workers=2):
     print(kv("calibrate", broadcast_s=record["broadcast_s"]), flush=True)
     probe_log = os.path.join(work_dir, "probe.jsonl")
     prober = subprocess.Popen(
-        [sys.executable, "-m", "pgpong.plan", "probe", "--log", probe_log, "--niceness", str(niceness)], env=env
+        [sys.executable, "-m", "pongtools.plan", "probe", "--log", probe_log, "--niceness", str(niceness)], env=env
     )
     try:
         while not os.path.exists(probe_log) and prober.poll() is None:  # playing before the first run starts
@@ -734,13 +732,14 @@ def machine():
 
 
 def parser():
-    p = Parser(prog="python -m pgpong.plan", description=__doc__.split("\n")[0])
+    p = Parser(prog="python -m pongtools.plan", description=__doc__.split("\n")[0])
     p.add_argument("--nodes", type=int, default=11, help="nodes of the cluster (default 11)")
     p.add_argument("--cpus", type=int, default=18, help="CPUs per node, one rollout actor each (default 18)")
     p.add_argument("--batch-size", type=int, default=300, help="episodes per update (default 300)")
     p.add_argument(
         "--cluster", default="cluster/aws.yaml", help="cluster YAML whose head instance type and region set the price"
     )
+    p.add_argument("--prices", default="infra/prices.yaml", help="the price file (default infra/prices.yaml)")
     p.add_argument("--usd-per-node-hour", type=float, help="price of one node an hour, instead of the cluster YAML's")
     p.add_argument("--core-rate", type=float, help="agent steps/s of one core, instead of the measured one")
     p.add_argument(
@@ -760,7 +759,7 @@ def main(argv=None):
     sub = argv[0] if argv else ""
     try:
         if sub == "inputs":
-            p = Parser(prog="python -m pgpong.plan inputs")
+            p = Parser(prog="python -m pongtools.plan inputs")
             p.add_argument("--run", help="a run dir: rebuild the learning inputs from its metrics.jsonl")
             p.add_argument("--calibration", help="a `calibrate` JSON: rebuild the core rate and the costs")
             p.add_argument("--inputs", default=INPUTS)
@@ -782,13 +781,13 @@ def main(argv=None):
                 )
             )
         elif sub == "probe":
-            p = Parser(prog="python -m pgpong.plan probe")
+            p = Parser(prog="python -m pongtools.plan probe")
             p.add_argument("--log", required=True)
             p.add_argument("--niceness", type=int, default=0, help="run at this niceness, as the actors it stands for")
             a = p.parse_args(argv[1:])
             probe(a.log, a.niceness)
         elif sub == "calibrate":
-            p = Parser(prog="python -m pgpong.plan calibrate")
+            p = Parser(prog="python -m pongtools.plan calibrate")
             p.add_argument("--out", required=True)
             p.add_argument("--work-dir", required=True)
             p.add_argument("--batch10-updates", type=int, default=20)

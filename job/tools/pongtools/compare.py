@@ -3,8 +3,8 @@ number of episodes, whatever its batch size, learning rate or machine. Runs on y
 
 How to run (from the repo root; `make compare RUNS="..." AT=...` does the same):
 
-    PYTHONPATH=job/pong python -m pgpong.compare ~/pong-lr/* --at 1000,3000,6000
-    PYTHONPATH=job/pong python -m pgpong.compare ~/pong-lr/* --markdown      # a table for the docs
+    PYTHONPATH=job/pong:job/tools python -m pongtools.compare ~/pong-lr/* --at 1000,3000,6000
+    PYTHONPATH=job/pong:job/tools python -m pongtools.compare ~/pong-lr/* --markdown      # a table for the docs
 
 For each run: its batch size and learning rate (from its newest checkpoint), then at each
 milestone the running reward at the first update that reached that many episodes, and the
@@ -14,10 +14,12 @@ update it was. A run that has not reached a milestone shows '-'.
 import os
 import sys
 
-from . import checkpoint, plot, watch
-from .config import _Parser
-from .logline import kv
-from .store import StoreError
+from pgpong import checkpoint, watch
+from pgpong.config import _Parser
+from pgpong.logline import kv
+from pgpong.store import StoreError
+
+from pongtools import plot
 
 
 def fail(message):
@@ -61,9 +63,9 @@ def summary(run_dir, at):
 
 
 def main(argv=None):
-    from .config import _checked
+    from pgpong.config import _checked
 
-    p = _Parser(prog="python -m pgpong.compare", description=__doc__.split("\n\n")[0])
+    p = _Parser(prog="python -m pongtools.compare", description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="+", help="run dirs (the trainer's --run-dir)")
     p.add_argument(
         "--at",
