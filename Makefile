@@ -205,7 +205,7 @@ image: ## Build the cluster image from infra/Dockerfile (name in infra/image.env
 
 .PHONY: preflight
 preflight: $(INSTALLED) ## Check CLUSTER against your AWS account before paying: credentials, quota, zones, AMI, key pair, cost
-	@$(BIN)/python infra/preflight.py $(CLUSTER)
+	@PYTHONPATH=job/pong $(BIN)/python infra/preflight.py $(CLUSTER)
 
 .PHONY: token
 token: $(INSTALLED) ## Create the cluster token ~/.ray/auth_token unless it exists (ray up copies it to every node)
@@ -279,7 +279,7 @@ play: $(TOOLS) ## Play GAMES games with CHECKPOINT (default: the shipped agent),
 .PHONY: ship
 ship: $(TOOLS) ## Export RUN's newest checkpoint (or CHECKPOINT=) as the agent in SHIP_DIR; draw its curve and a game
 	@if [[ -z "$(RUN)" ]]; then echo "make: pass RUN=<run dir>, the trainer's --run-dir of the run to ship" >&2; exit 1; fi
-	$(PONGTOOLS).ship "$(RUN)" --out $(SHIP_DIR) $(if $(CHECKPOINT),--checkpoint "$(CHECKPOINT)")
+	$(PONGTOOLS).ship "$(RUN)" --out $(SHIP_DIR) $(if $(CHECKPOINT),--checkpoint "$(CHECKPOINT)") $(ARGS)
 	$(PONGTOOLS).plot $(SHIP_DIR) --out $(IMAGES_DIR)/agent-curve.png
 	$(PONGTOOLS).play $(SHIP_DIR) --games 1 --out $(IMAGES_DIR)/agent-game.gif
 

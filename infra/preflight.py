@@ -1,7 +1,7 @@
 """Checks an AWS cluster launcher config against your AWS account before anyone pays.
 
     make preflight                                          # CLUSTER=cluster/aws.yaml
-    .venv/bin/python infra/preflight.py cluster/aws.yaml    # the same, by hand
+    PYTHONPATH=job/pong .venv/bin/python infra/preflight.py cluster/aws.yaml    # the same, by hand
 
 Reads the YAML as `ray up` does (Ray's defaults filled in, Ray's validator run) and asks
 AWS, with read-only calls, whether `ray up` can get what the YAML asks for:
@@ -56,6 +56,7 @@ import boto3
 import yaml
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+from pgpong.logline import kv  # the one key=value formatter (job/pong on PYTHONPATH, as make preflight sets)
 
 # Hourly on-demand prices, with their source: the file `make plan` reads too.
 PRICES = Path(__file__).with_name("prices.yaml")
@@ -77,15 +78,6 @@ class UserError(Exception):
     """A mistake the user can fix; printed as one line, never as a traceback."""
 
 
-def fmt(value):
-    text = str(value)
-    return f'"{text}"' if not text or any(c in text for c in ' "=') else text
-
-
-def line(*words, **fields):
-    return " ".join([*words, *(f"{key}={fmt(value)}" for key, value in fields.items())])
-
-
 class Report:
     """Prints each check's line as it is decided and remembers what failed."""
 
@@ -94,18 +86,18 @@ class Report:
         self.warnings = 0
 
     def ok(self, check, **fields):
-        print(line(check=check, status="ok", **fields), flush=True)
+        print(kv(check=check, status="ok", **fields), flush=True)
 
     def warn(self, check, reason, **fields):
         self.warnings += 1
-        print(line(check=check, status="warn", **fields, reason=reason), flush=True)
+        print(kv(check=check, status="warn", **fields, reason=reason), flush=True)
 
     def fail(self, check, fix, **fields):
         self.failed.append(check)
-        print(line(check=check, status="FAIL", **fields, fix=fix), flush=True)
+        print(kv(check=check, status="FAIL", **fields, fix=fix), flush=True)
 
     def skip(self, check, reason):
-        print(line(check=check, status="skip", reason=reason), flush=True)
+        print(kv(check=check, status="skip", reason=reason), flush=True)
 
 
 def load_cluster(path):
@@ -526,7 +518,7 @@ def guarded(report, check, step, *args):
 def run_checks(report, config, path):
     region = config["provider"]["region"]
     plan = node_plan(config)
-    print(line("preflight", cluster=path, region=region, nodes=sum(count for _, _, count, _ in plan)), flush=True)
+    print(kv("preflight", cluster=path, region=region, nodes=sum(count for _, _, count, _ in plan)), flush=True)
     session = boto3.session.Session(region_name=region, **config["provider"].get("aws_credentials", {}))
     later = ["instance-type", "zones", "image", "quota", "key-pair", "instance-profile"]
     try:
@@ -581,7 +573,7 @@ def main(argv=None):
     report = Report()
     run_checks(report, config, args.cluster)
     print(
-        line(
+        kv(
             "preflight",
             status="FAIL" if report.failed else "ok",
             failed=len(report.failed),

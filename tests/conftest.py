@@ -48,8 +48,11 @@ THREADS = read_env_file(REPO / "infra" / "threads.env")
 
 
 def fields(line):
-    """{'updates': '2', ...}: the key=value pairs of one log line such as 'done updates=2 ...'."""
-    return dict(word.split("=", 1) for word in line.split() if "=" in word)
+    """{'updates': '2', ...}: the key=value pairs of one log line, read as every reader here reads them
+    (pgpong.logline.fields; imported here, so `python tests/test_docs.py` can set the path first)."""
+    from pgpong.logline import fields as read
+
+    return read(line)
 
 
 def free_port():

@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import THREADS, ray_head, trainer_env
+from conftest import THREADS, fields, ray_head, trainer_env
 
 REPO = Path(__file__).resolve().parent.parent
 JOB_DIR = REPO / "job" / "pong"
@@ -152,7 +152,7 @@ def line_kind(line):
     if kind == "bench" and len(words) > 1:
         second = words[1]
         kind = f"bench {second}" if "=" not in second or second.startswith("phase=") else kind
-    return kind, frozenset(w.split("=", 1)[0] for w in words if "=" in w)
+    return kind, frozenset(fields(line))
 
 
 def doc_samples():

@@ -24,6 +24,7 @@ import time
 import numpy as np
 
 from . import checkpoint, config, policy, rollout, watch
+from .cli import fail
 from .logline import kv, peak_rss_mb
 from .store import StoreError
 
@@ -42,11 +43,6 @@ def on_signal(signum, frame):
 def check_stop():
     if _signals:
         raise Stopped(_signals[0])
-
-
-def fail(message):
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
 
 
 class Trainer:

@@ -25,7 +25,6 @@ driver's own CPU share: what the trainer keeps of the emulator's speed. Each pha
 prints one `bench phase=...` line; the last line compares them.
 """
 
-import argparse
 import os
 import tempfile
 import time
@@ -33,6 +32,7 @@ import time
 import numpy as np
 import ray
 from pgpong import checkpoint, config, policy, rollout, train
+from pgpong.cli import Parser, at_least
 from pgpong.logline import kv
 
 from pongtools import actor_path, textbook
@@ -171,19 +171,20 @@ def bench_textbook(env_id, workers, episodes):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m pongtools.bench", description=__doc__.split("\n")[0])
-    p.add_argument("--batch-size", type=int, default=300, help="episodes in the trainer's update (default 300)")
-    p.add_argument("--workers", type=int, default=0, help="actors in every phase (default: one per CPU)")
+    p = Parser(prog="python -m pongtools.bench", description=__doc__.split("\n")[0])
+    p.add_argument("--batch-size", type=at_least(1), default=300, help="episodes in the trainer's update (default 300)")
+    p.add_argument("--workers", type=at_least(0), default=0, help="actors in every phase (default: one per CPU)")
     p.add_argument(
-        "--pairs", type=int, default=30, help="episodes of each design per actor in the paired phase (default 30)"
+        "--pairs",
+        type=at_least(1),
+        default=30,
+        help="episodes of each design per actor in the paired phase (default 30)",
     )
     p.add_argument(
-        "--textbook-episodes", type=int, default=0, help="episodes of the textbook phase (default 4 per worker)"
+        "--textbook-episodes", type=at_least(0), default=0, help="episodes of the textbook phase (default 4 per worker)"
     )
     p.add_argument("--env", default="Pong-v0")
     args = p.parse_args(argv)
-    if args.batch_size < 1 or args.workers < 0 or args.pairs < 1 or args.textbook_episodes < 0:
-        p.error("sizes must be positive")
     rollout.check_env_id(args.env)
     ray.init(address=os.environ.get("RAY_ADDRESS", "local"), logging_level="warning", runtime_env=actor_path())
     workers = args.workers or int(ray.cluster_resources()["CPU"])

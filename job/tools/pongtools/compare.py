@@ -12,19 +12,13 @@ update it was. A run that has not reached a milestone shows '-'.
 """
 
 import os
-import sys
 
 from pgpong import checkpoint, watch
-from pgpong.config import _Parser
+from pgpong.cli import Parser, checked, fail
 from pgpong.logline import kv
 from pgpong.store import StoreError
 
 from pongtools import plot
-
-
-def fail(message):
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
 
 
 def milestones(text):
@@ -63,13 +57,11 @@ def summary(run_dir, at):
 
 
 def main(argv=None):
-    from pgpong.config import _checked
-
-    p = _Parser(prog="python -m pongtools.compare", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m pongtools.compare", description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="+", help="run dirs (the trainer's --run-dir)")
     p.add_argument(
         "--at",
-        type=_checked(milestones, "episode counts like 1000,3000,6000"),
+        type=checked(milestones, "episode counts like 1000,3000,6000"),
         default=[1000, 3000, 6000],
         help="episode milestones (default 1000,3000,6000)",
     )

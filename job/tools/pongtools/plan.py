@@ -33,7 +33,6 @@ episodes beside them the whole time (the rate a core gives under the load of the
 moment); tests/test_plan.py checks the model's update times against those runs.
 """
 
-import argparse
 import heapq
 import json
 import math
@@ -42,6 +41,7 @@ import sys
 import time
 
 import numpy as np
+from pgpong.cli import Parser, at_least, fail
 from pgpong.logline import kv
 from pgpong.policy import D, H
 
@@ -58,12 +58,6 @@ GRADIENT_BYTES = WEIGHT_BYTES + D * 4  # a node's gradient when every pixel is t
 
 class PlanError(Exception):
     """A mistake the user can fix; printed as one line."""
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, not argparse's usage block
-        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
-        sys.exit(2)
 
 
 # -- the dispatch simulation ---------------------------------------------------
@@ -275,7 +269,7 @@ def report(inputs, args, out=print):
             usd_per_node_hour=usd,
             instance_type=instance,
             region=region,
-            price_source=source.replace(", ", "/").replace(" ", "_"),
+            price_source=source,
         )
     )
     win = {
@@ -733,9 +727,9 @@ def machine():
 
 def parser():
     p = Parser(prog="python -m pongtools.plan", description=__doc__.split("\n")[0])
-    p.add_argument("--nodes", type=int, default=11, help="nodes of the cluster (default 11)")
-    p.add_argument("--cpus", type=int, default=18, help="CPUs per node, one rollout actor each (default 18)")
-    p.add_argument("--batch-size", type=int, default=300, help="episodes per update (default 300)")
+    p.add_argument("--nodes", type=at_least(1), default=11, help="nodes of the cluster (default 11)")
+    p.add_argument("--cpus", type=at_least(1), default=18, help="CPUs per node, one rollout actor each (default 18)")
+    p.add_argument("--batch-size", type=at_least(1), default=300, help="episodes per update (default 300)")
     p.add_argument(
         "--cluster", default="cluster/aws.yaml", help="cluster YAML whose head instance type and region set the price"
     )
@@ -749,8 +743,10 @@ def parser():
         help=f"one flow between nodes, Gbit/s (default {NETWORK_GBPS:g})",
     )
     p.add_argument("--inputs", default=INPUTS, help="the measured inputs (default: plan_inputs.json beside plan.py)")
-    p.add_argument("--samples", type=int, default=200, help="simulated updates per stage of learning (default 200)")
-    p.add_argument("--seed", type=int, default=0, help="seeds the episode lengths drawn")
+    p.add_argument(
+        "--samples", type=at_least(1), default=200, help="simulated updates per stage of learning (default 200)"
+    )
+    p.add_argument("--seed", type=at_least(0), default=0, help="seeds the episode lengths drawn")
     return p
 
 
@@ -796,13 +792,9 @@ def main(argv=None):
             calibrate(a.out, a.work_dir, ((10, a.batch10_updates), (300, a.batch300_updates)))
         else:
             a = parser().parse_args(argv)
-            if min(a.nodes, a.cpus, a.batch_size, a.samples) < 1:
-                raise PlanError("--nodes, --cpus, --batch-size and --samples must be whole numbers >= 1")
             report(load_inputs(a.inputs), a)
     except PlanError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+        fail(str(e))
 
 
 if __name__ == "__main__":

@@ -19,12 +19,12 @@ above 0 when the agent beats the built-in AI on average. Needs Pillow (requireme
 """
 
 import os
-import sys
 import time
 
 import numpy as np
 from pgpong import checkpoint, policy, rollout
-from pgpong.config import DEFAULT_RUNS, _checked, _non_negative_int, _Parser, _positive_int
+from pgpong.cli import Parser, at_least, fail
+from pgpong.config import DEFAULT_RUNS
 from pgpong.logline import kv
 from pgpong.store import StoreError
 
@@ -33,11 +33,6 @@ ATARI_FPS = 60  # emulator frames per second: a GIF frame shows for as long as t
 MAX_STEPS = 200_000  # a game longer than this (about an hour of play) is cut off
 POLICIES = ("greedy", "sampled")  # --policy: the first is the default
 PLAY_STREAM = 0  # the `update` part of each game's random-stream seed; training uses 1, 2, ...
-
-
-def fail(message):
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
 
 
 class Policy:
@@ -168,13 +163,13 @@ def default_gif(ckpt_path, update):
 
 
 def parse_args(argv):
-    p = _Parser(prog="python -m pongtools.play", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m pongtools.play", description=__doc__.split("\n\n")[0])
     p.add_argument(
         "checkpoint",
         help="a ckpt-NNNNNN.npz (local or s3://...), a run dir (its newest checkpoint), "
         f"or a folder with an exported {checkpoint.AGENT_FILE} (make ship)",
     )
-    p.add_argument("--games", type=_checked(_positive_int, "a whole number >= 1"), default=3, help="games to play")
+    p.add_argument("--games", type=at_least(1), default=3, help="games to play")
     p.add_argument(
         "--policy",
         choices=POLICIES,
@@ -183,13 +178,13 @@ def parse_args(argv):
     )
     p.add_argument(
         "--seed",
-        type=_checked(_non_negative_int, "a whole number >= 0"),
+        type=at_least(0),
         default=0,
         help="seeds the frame skips, sticky actions and sampled actions",
     )
     p.add_argument(
         "--scale",
-        type=_checked(_positive_int, "a whole number >= 1"),
+        type=at_least(1),
         default=2,
         help="GIF pixels per screen pixel (nearest neighbour)",
     )

@@ -12,21 +12,15 @@ Needs matplotlib (requirements-tools.in, installed from its lock by `make plot`)
 """
 
 import os
-import sys
 
 from pgpong import checkpoint, watch
-from pgpong.config import _Parser
+from pgpong.cli import Parser, fail
 from pgpong.logline import kv
 from pgpong.store import StoreError, join
 
 SIZE_IN = (12, 8)  # figure size in inches
 DPI = 100  # so the PNG is 1200 x 800 pixels
 TITLE_KEYS = ("env", "batch_size", "learning_rate", "seed", "workers")  # the config shown in the title
-
-
-def fail(message):
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
 
 
 def run_config(run_dir, records):
@@ -105,7 +99,7 @@ def default_out(run_dir):
 
 
 def main(argv=None):
-    p = _Parser(prog="python -m pongtools.plot", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m pongtools.plot", description=__doc__.split("\n\n")[0])
     p.add_argument("run_dir", help="the run directory: a folder or s3://bucket/prefix")
     p.add_argument("--out", help="PNG to write (default: <run dir>/curve.png; for S3, ./<name>-curve.png)")
     args = p.parse_args(argv)

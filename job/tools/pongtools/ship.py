@@ -15,21 +15,15 @@ Writes into --out (default docs/agent):
 import gzip
 import json
 import os
-import sys
 
 import numpy as np
 from pgpong import checkpoint
-from pgpong.config import _Parser
+from pgpong.cli import Parser, fail
 from pgpong.logline import kv
 from pgpong.store import StoreError
 from pgpong.watch import SHIPPED_METRICS, read_metrics
 
 DEFAULT_OUT = "docs/agent"
-
-
-def fail(message):
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
 
 
 def metrics_until(run_dir, last_update):
@@ -43,7 +37,7 @@ def metrics_until(run_dir, last_update):
 
 
 def main(argv=None):
-    p = _Parser(prog="python -m pongtools.ship", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m pongtools.ship", description=__doc__.split("\n\n")[0])
     p.add_argument("run_dir", help="the trainer's --run-dir (a folder or s3://bucket/prefix)")
     p.add_argument("--checkpoint", help="the checkpoint to ship (default: the run's newest)")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"folder to write (default: {DEFAULT_OUT})")

@@ -19,7 +19,7 @@ import sys
 
 import pgpong
 from pgpong import checkpoint
-from pgpong.config import _checked, _Parser, _positive_float, _positive_int
+from pgpong.cli import Parser, at_least, checked, positive, whole
 from pgpong.logline import kv
 
 JOB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(pgpong.__file__)))  # the trainer runs there, as in a job
@@ -30,7 +30,7 @@ def setting(text):
     batch, sep, rate = text.partition(":")
     if not sep:
         raise ValueError
-    return _positive_int(batch), _positive_float(rate)
+    return whole(batch, 1), positive(rate)
 
 
 def run_dir(root, batch, rate):
@@ -44,17 +44,17 @@ def updates_done(path):
 
 
 def main(argv=None):
-    p = _Parser(prog="python -m pongtools.sweep", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m pongtools.sweep", description=__doc__.split("\n\n")[0])
     p.add_argument(
         "settings",
         nargs="+",
-        type=_checked(setting, "BATCH:RATE, e.g. 300:3e-3"),
+        type=checked(setting, "BATCH:RATE, e.g. 300:3e-3"),
         help="batch size and learning rate of each run, e.g. 10:1e-3 300:3e-3",
     )
     p.add_argument("--root", default="~/pong-lr", help="folder of the run dirs (default: ~/pong-lr)")
     p.add_argument(
         "--episodes",
-        type=_checked(_positive_int, "a whole number >= 1"),
+        type=at_least(1),
         default=6000,
         help="episodes each setting trains for (rounded up to whole updates; default 6000)",
     )
