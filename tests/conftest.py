@@ -571,16 +571,18 @@ RESULT_FIELDS = (
 
 
 def read_metrics(run_dir):
-    with open(Path(run_dir) / "metrics.jsonl") as f:
-        return [json.loads(line) for line in f]
+    """Every update's metrics record of a run dir, read as the tools and a resume read them."""
+    from pgpong.run import Run
+
+    return Run(run_dir).metrics()
 
 
 def assert_same_run(run_dir, reference_dir):
     """The newest checkpoints of two run dirs agree bit for bit (weights, RMSProp cache, counters,
     running reward), and so do their metrics, timings aside."""
-    from pgpong import checkpoint
+    from pgpong.run import Run
 
-    got, want = (checkpoint.load(checkpoint.checkpoints(str(d))[0]) for d in (run_dir, reference_dir))
+    got, want = (Run(d).load(Run(d).checkpoints()[0]) for d in (run_dir, reference_dir))
     counters = ("update", "episodes", "env_steps", "running_reward", "rmsprop_steps")
     assert [getattr(got, k) for k in counters] == [getattr(want, k) for k in counters]
     for part in ("params", "cache"):

@@ -236,7 +236,7 @@ def test_inputs_from_a_run_not_yet_won_extrapolate_and_say_so(tmp_path):
 
 def test_no_progress_fields_without_a_set_number_of_updates():
     cfg = config.Config(updates=0, run_dir="unused")
-    assert train.Trainer(cfg, state=None).progress(0, 0.0) == {}
+    assert train.Trainer(cfg, state=None, run=None).progress(0, 0.0) == {}
 
 
 @pytest.mark.slow

@@ -31,9 +31,10 @@ import time
 
 import numpy as np
 import ray
-from pgpong import checkpoint, config, policy, rollout, train
+from pgpong import config, policy, rollout, train
 from pgpong.cli import Parser, at_least
 from pgpong.logline import kv
+from pgpong.run import Run
 
 from pongtools import actor_path, textbook
 
@@ -113,13 +114,15 @@ def bench_trainer(env_id, workers, batch_size, run_dir):
     cfg = config.Config(
         batch_size=batch_size, updates=1, workers=str(workers), env=env_id, run_dir=run_dir, checkpoint_every=1
     )
-    state, _ = train.initial_state(cfg)
-    trainer = train.Trainer(cfg, state, out=lambda line: None)
+    run = Run(run_dir)
+    state, _ = train.initial_state(cfg, run)
+    trainer = train.Trainer(cfg, state, run, out=lambda line: None)
     trainer.start_pool()
     cpu = time.process_time()
     rec = trainer.run()[0]
     driver_cpu_s = time.process_time() - cpu
     trainer.pool.shutdown()  # give their CPUs back
+    assert run.checkpoints(), "the benchmark's update wrote no checkpoint"
     total = rec["seconds"] + rec["checkpoint_s"]
     busy_s = sum(r.seconds for r in trainer.last_results)
     return {
@@ -206,7 +209,6 @@ def main(argv=None):
     print(kv("bench", **paired), flush=True)
     with tempfile.TemporaryDirectory() as run_dir:
         trained = bench_trainer(args.env, workers, args.batch_size, run_dir)
-        assert checkpoint.checkpoints(run_dir), "the benchmark's update wrote no checkpoint"
     print(kv("bench", **trained), flush=True)
     book = bench_textbook(args.env, workers, args.textbook_episodes or 4 * workers)
     print(kv("bench", **book), flush=True)

@@ -13,12 +13,11 @@ update it was. A run that has not reached a milestone shows '-'.
 
 import os
 
-from pgpong import checkpoint, watch
+from pgpong.checkpoint import CheckpointError
 from pgpong.cli import Parser, checked, fail
 from pgpong.logline import kv
+from pgpong.run import Run
 from pgpong.store import StoreError
-
-from pongtools import plot
 
 
 def milestones(text):
@@ -36,15 +35,15 @@ def at_episodes(records, episodes):
     return None
 
 
-def summary(run_dir, at):
-    """One run's row: {'run', 'batch_size', 'learning_rate', 'episodes', 'updates', at each milestone}."""
-    records = watch.read_metrics(run_dir)
+def summary(run, at):
+    """One Run's row: {'run', 'batch_size', 'learning_rate', 'episodes', 'updates', at each milestone}."""
+    records = run.metrics()
     if not records:
-        raise OSError(f"{run_dir} has no metrics yet")
-    config, _ = plot.run_config(run_dir, records)
+        raise OSError(f"{run} has no metrics yet")
+    config, _ = run.config()
     last = records[-1]
     row = {
-        "run": os.path.basename(run_dir.rstrip("/")),
+        "run": os.path.basename(run.path.rstrip("/")),
         "batch_size": config.get("batch_size"),
         "learning_rate": config.get("learning_rate"),
         "episodes": last.get("total_episodes"),
@@ -68,11 +67,11 @@ def main(argv=None):
     p.add_argument("--markdown", action="store_true", help="print a Markdown table instead of key=value lines")
     args = p.parse_args(argv)
     rows = []
-    for run in args.runs:
-        path = run if run.startswith("s3://") else os.path.abspath(os.path.expanduser(run))
+    for path in args.runs:
         try:
-            rows.append(summary(path, args.at))
-        except (OSError, StoreError, checkpoint.CheckpointError) as e:
+            run = Run(path)
+            rows.append(summary(run, args.at))
+        except (OSError, StoreError, CheckpointError) as e:
             fail(f"cannot read run {path}: {e}")
     rows.sort(key=lambda r: (r["batch_size"] or 0, r["learning_rate"] or 0))
 

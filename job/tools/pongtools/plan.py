@@ -44,6 +44,8 @@ import numpy as np
 from pgpong.cli import Parser, at_least, fail
 from pgpong.logline import kv
 from pgpong.policy import D, H
+from pgpong.run import Run
+from pgpong.store import StoreError
 
 INPUTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plan_inputs.json")
 QUANTILES = np.linspace(0.0, 1.0, 21)  # stored per stage: the 0, 5, ..., 100th percentiles of episode length
@@ -323,41 +325,6 @@ def report(inputs, args, out=print):
 # -- building the inputs from measurements ----------------------------------------
 
 
-def read_metrics(run_dir):
-    """The run's metrics.jsonl lines (a line being written is skipped)."""
-    path = os.path.join(run_dir, "metrics.jsonl")
-    try:
-        with open(path) as f:
-            text = f.read()
-    except OSError:
-        raise PlanError(f"no metrics.jsonl in {run_dir}; pass RUN=<a trainer's --run-dir>") from None
-    lines = []
-    for ln in text.splitlines():
-        try:
-            lines.append(json.loads(ln))
-        except json.JSONDecodeError:
-            continue
-    if not lines:
-        raise PlanError(f"{path} has no complete update yet; wait for the run's first update")
-    return lines
-
-
-def run_config(run_dir, lines):
-    """batch size, learning rate, workers of a run: from its newest checkpoint, else from its metrics."""
-    config = {"batch_size": lines[0]["episodes"], "learning_rate": None, "workers": None, "seed": None}
-    from pgpong import checkpoint
-    from pgpong.store import StoreError
-
-    try:
-        latest = checkpoint.checkpoints(run_dir)
-        if latest:
-            saved = checkpoint.load(latest[0]).config
-            config.update({k: saved.get(k) for k in ("batch_size", "learning_rate", "workers", "seed")})
-    except (checkpoint.CheckpointError, StoreError, OSError):  # the metrics still say the batch size
-        pass
-    return config
-
-
 def learning_inputs(run_dir, reference=None, stage_episodes=STAGE_EPISODES, win_reward=WIN_REWARD):
     """Episode-length stages and episodes to win, from one run's metrics.jsonl.
 
@@ -366,7 +333,14 @@ def learning_inputs(run_dir, reference=None, stage_episodes=STAGE_EPISODES, win_
     scaled to the reference's mean length, and, while the run has not won, gives the
     slope to extrapolate from when it reaches further than the run.
     """
-    lines = read_metrics(run_dir)
+    run = Run(run_dir)
+    try:
+        lines = run.metrics()
+        config, _ = run.config()
+    except (OSError, StoreError) as e:
+        raise PlanError(f"cannot read the metrics of {run.path} ({e}); pass RUN=<a trainer's --run-dir>") from None
+    if not lines:
+        raise PlanError(f"{run.path} has no complete update yet; wait for the run's first update")
     lengths = np.concatenate([np.asarray(m["episode_steps"], dtype=float) for m in lines])
     rewards = np.array([m["running_reward"] for m in lines])
     episodes = np.array([m["total_episodes"] for m in lines])
@@ -387,15 +361,14 @@ def learning_inputs(run_dir, reference=None, stage_episodes=STAGE_EPISODES, win_
                 "lengths_from": "run",
             }
         )
-    config = run_config(run_dir, lines)
     end = int(episodes[-1])
     out = {
-        "run": os.path.abspath(run_dir),
+        "run": run.path,
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "batch_size": config["batch_size"],
-        "learning_rate": config["learning_rate"],
-        "workers": config["workers"],
-        "seed": config["seed"],
+        "batch_size": config.get("batch_size"),
+        "learning_rate": config.get("learning_rate"),
+        "workers": config.get("workers"),
+        "seed": config.get("seed"),
         "episodes": end,
         "updates": int(lines[-1]["update"]),
         "running_reward_last": round(float(rewards[-1]), 3),
@@ -405,8 +378,8 @@ def learning_inputs(run_dir, reference=None, stage_episodes=STAGE_EPISODES, win_
     }
     same = (
         reference
-        and reference["batch_size"] == config["batch_size"]
-        and (config["learning_rate"] is None or reference["learning_rate"] == config["learning_rate"])
+        and reference["batch_size"] == config.get("batch_size")
+        and (config.get("learning_rate") is None or reference["learning_rate"] == config["learning_rate"])
     )
     later = [p for p in reference["points"] if p["episodes"] > end] if same else []
     last = stages[-1]
@@ -678,7 +651,7 @@ def calibrate(out_path, work_dir, runs=((10, 20), (300, 2)), workers=2):
             if proc.returncode != 0:
                 sys.exit(f"calibrate: the batch-{batch} run failed: {proc.stderr[-2000:]}")
             keep = ("update", "time", "seconds", "rollout_s", "reduce_s", "update_s", "driver_bytes", "episode_steps")
-            ups = [{k: m[k] for k in keep} for m in read_metrics(run_dir)]
+            ups = [{k: m[k] for k in keep} for m in Run(run_dir).metrics()]
             record["runs"].append(
                 {
                     "batch_size": batch,

@@ -22,10 +22,12 @@ import os
 import time
 
 import numpy as np
-from pgpong import checkpoint, policy, rollout
+from pgpong import policy, rollout
+from pgpong.checkpoint import CheckpointError
 from pgpong.cli import Parser, at_least, fail
 from pgpong.config import DEFAULT_RUNS
 from pgpong.logline import kv
+from pgpong.run import AGENT_FILE, Run
 from pgpong.store import StoreError
 
 MAX_GIF_FRAMES = 3000  # a longer game is subsampled evenly down to this: under 100 MB of memory, a few MB of GIF
@@ -132,34 +134,37 @@ def write_gif(recorder, scale, gif_path, png_path):
 
 
 def find_checkpoint(path):
-    """A checkpoint file, an exported agent's folder, or a run dir's newest checkpoint; exits with one
-    line if there is none."""
-    if not path.startswith("s3://"):
-        path = os.path.abspath(os.path.expanduser(path))
-        if not os.path.exists(path):
-            fail(f"no checkpoint at {path}; pass CHECKPOINT=<a ckpt-NNNNNN.npz file or a run dir>")
-    if path.endswith(".npz"):
-        return path
-    if not path.startswith("s3://") and not os.path.isdir(path):
-        fail(f"{path} is neither a checkpoint (ckpt-NNNNNN.npz) nor a run dir")
-    if not path.startswith("s3://") and os.path.exists(os.path.join(path, checkpoint.AGENT_FILE)):
-        return os.path.join(path, checkpoint.AGENT_FILE)
+    """(Run, file name) of a checkpoint file, an exported agent's folder, or a run dir's newest
+    checkpoint; exits with one line if there is none."""
     try:
-        found = checkpoint.checkpoints(path)
+        if path.endswith(".npz"):
+            run, name = Run.of_file(path)
+        else:
+            run, name = Run(path), None
+        local = not run.path.startswith("s3://")
+        where = run.file(name) if name else run.path
+        if local and not os.path.exists(where):
+            fail(f"no checkpoint at {where}; pass CHECKPOINT=<a ckpt-NNNNNN.npz file or a run dir>")
+        if name:
+            return run, name
+        if local and not os.path.isdir(where):
+            fail(f"{where} is neither a checkpoint (ckpt-NNNNNN.npz) nor a run dir")
+        names = run.store.names()
+        found = [AGENT_FILE] if AGENT_FILE in names else run.checkpoints()
     except StoreError as e:
         fail(str(e))
     if not found:
-        fail(f"{path} holds no checkpoint (ckpt-NNNNNN.npz) yet; the trainer writes one every --checkpoint-every")
-    return found[0]
+        fail(f"{where} holds no checkpoint (ckpt-NNNNNN.npz) yet; the trainer writes one every --checkpoint-every")
+    return run, found[0]
 
 
-def default_gif(ckpt_path, update):
+def default_gif(run, name, update):
     """play-<update>.gif beside a run's local checkpoint; for one on S3 or an exported agent (a folder
     that may be under version control), in ~/pong-runs/play/."""
-    name = f"play-{update:06d}.gif"
-    if ckpt_path.startswith("s3://") or os.path.basename(ckpt_path) == checkpoint.AGENT_FILE:
-        return os.path.join(os.path.expanduser(DEFAULT_RUNS), "play", name)
-    return os.path.join(os.path.dirname(ckpt_path), name)
+    gif = f"play-{update:06d}.gif"
+    if run.path.startswith("s3://") or name == AGENT_FILE:
+        return os.path.join(os.path.expanduser(DEFAULT_RUNS), "play", gif)
+    return os.path.join(run.path, gif)
 
 
 def parse_args(argv):
@@ -167,7 +172,7 @@ def parse_args(argv):
     p.add_argument(
         "checkpoint",
         help="a ckpt-NNNNNN.npz (local or s3://...), a run dir (its newest checkpoint), "
-        f"or a folder with an exported {checkpoint.AGENT_FILE} (make ship)",
+        f"or a folder with an exported {AGENT_FILE} (make ship)",
     )
     p.add_argument("--games", type=at_least(1), default=3, help="games to play")
     p.add_argument(
@@ -194,17 +199,18 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(argv)
-    path = find_checkpoint(args.checkpoint)
+    run, name = find_checkpoint(args.checkpoint)
+    path = run.file(name)
     try:
-        state = checkpoint.load_weights(path)
-    except checkpoint.CheckpointError as e:
+        state = run.load_weights(name)
+    except CheckpointError as e:
         fail(str(e))
     env_id = state.config.get("env", "Pong-v0")
     try:
         stepper = rollout.AtariStepper(env_id)
     except rollout.EnvError as e:
         fail(f"checkpoint {path} was made for {env_id!r}, which this machine cannot play: {e}")
-    gif = os.path.abspath(os.path.expanduser(args.out)) if args.out else default_gif(path, state.update)
+    gif = os.path.abspath(os.path.expanduser(args.out)) if args.out else default_gif(run, name, state.update)
     png = os.path.splitext(gif)[0] + ".png"
     try:
         os.makedirs(os.path.dirname(gif), exist_ok=True)

@@ -12,28 +12,26 @@ Writes into --out (default docs/agent):
   redraws the whole learning curve.
 """
 
-import gzip
-import json
 import os
 
 import numpy as np
-from pgpong import checkpoint
+from pgpong.checkpoint import CheckpointError
 from pgpong.cli import Parser, fail
 from pgpong.logline import kv
+from pgpong.run import AGENT_FILE, SHIPPED_METRICS, Run
 from pgpong.store import StoreError
-from pgpong.watch import SHIPPED_METRICS, read_metrics
 
 DEFAULT_OUT = "docs/agent"
 
 
-def metrics_until(run_dir, last_update):
-    """The run's metrics lines of updates 1..last_update, as text; exactly one line per update."""
-    records = [r for r in read_metrics(run_dir) if r["update"] <= last_update]
+def metrics_until(run, last_update):
+    """The Run's metrics records of updates 1..last_update; exactly one per update."""
+    records = [r for r in run.metrics() if r["update"] <= last_update]
     updates = [r["update"] for r in records]
     if updates != list(range(1, last_update + 1)):
         missing = sorted(set(range(1, last_update + 1)) - set(updates))
-        fail(f"{run_dir} metrics do not hold each update 1..{last_update} once (missing: {missing[:5]})")
-    return "".join(json.dumps(r) + "\n" for r in records)
+        fail(f"{run} metrics do not hold each update 1..{last_update} once (missing: {missing[:5]})")
+    return records
 
 
 def main(argv=None):
@@ -42,31 +40,30 @@ def main(argv=None):
     p.add_argument("--checkpoint", help="the checkpoint to ship (default: the run's newest)")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"folder to write (default: {DEFAULT_OUT})")
     args = p.parse_args(argv)
-    run_dir = args.run_dir if args.run_dir.startswith("s3://") else os.path.abspath(os.path.expanduser(args.run_dir))
     try:
-        path = args.checkpoint or next(iter(checkpoint.checkpoints(run_dir)), None)
-        if path is None:
-            fail(f"{run_dir} holds no checkpoint (ckpt-NNNNNN.npz); give the trainer's --run-dir")
-        state = checkpoint.load(path)
-        metrics = metrics_until(run_dir, state.update)
+        run = Run(args.run_dir)
+        source, name = Run.of_file(args.checkpoint) if args.checkpoint else (run, next(iter(run.checkpoints()), None))
+        if name is None:
+            fail(f"{run} holds no checkpoint (ckpt-NNNNNN.npz); give the trainer's --run-dir")
+        state = source.load(name)
+        records = metrics_until(run, state.update)
         os.makedirs(args.out, exist_ok=True)
-        agent = checkpoint.export_weights(state, os.path.join(os.path.abspath(args.out), checkpoint.AGENT_FILE))
-        gz = gzip.compress(metrics.encode(), mtime=0)  # mtime 0: the same run gives the same bytes
-        checkpoint.store(os.path.abspath(args.out)).write(SHIPPED_METRICS, gz)
-    except (checkpoint.CheckpointError, StoreError) as e:
+        out = Run(args.out)
+        agent = out.export(state, records)
+        shipped = out.load_weights(AGENT_FILE)
+    except (CheckpointError, StoreError) as e:
         fail(str(e))
     except OSError as e:
-        fail(f"cannot ship {run_dir}: {e.strerror or e}")
-    shipped = checkpoint.load_weights(agent)
+        fail(f"cannot ship {args.run_dir}: {e.strerror or e}")
     drift = max(float(np.max(np.abs(shipped.params[k] - state.params[k]))) for k in state.params)
     print(
         kv(
             "ship",
-            checkpoint=path,
+            checkpoint=source.file(name),
             agent=agent,
             agent_mb=os.path.getsize(agent) / 2**20,
-            metrics=os.path.join(os.path.abspath(args.out), SHIPPED_METRICS),
-            metrics_kb=len(gz) / 1024,
+            metrics=out.file(SHIPPED_METRICS),
+            metrics_kb=os.path.getsize(out.file(SHIPPED_METRICS)) / 1024,
             update=state.update,
             episodes=state.episodes,
             running_reward=state.running_reward,

@@ -17,12 +17,11 @@ import signal
 import subprocess
 import sys
 
-import pgpong
-from pgpong import checkpoint
 from pgpong.cli import Parser, at_least, checked, positive, whole
 from pgpong.logline import kv
+from pgpong.run import Run
 
-JOB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(pgpong.__file__)))  # the trainer runs there, as in a job
+from pongtools import JOB_DIR
 
 
 def setting(text):
@@ -39,8 +38,9 @@ def run_dir(root, batch, rate):
 
 def updates_done(path):
     """Updates in the newest checkpoint of a run dir (0 for a new one)."""
-    found = checkpoint.checkpoints(path) if os.path.isdir(path) else []
-    return checkpoint.load(found[0]).update if found else 0
+    run = Run(path)
+    found = run.checkpoints()
+    return run.load(found[0]).update if found else 0
 
 
 def main(argv=None):
