@@ -257,11 +257,11 @@ bench: $(INSTALLED) ## Benchmark the trainer against the bare emulator and the t
 
 .PHONY: plan
 plan: $(INSTALLED) ## Project NODES x CPUS at BATCH: seconds per update, episodes and $ an hour, hours and $ to a win
-	@$(PONGTOOLS).plan --nodes $(NODES) --cpus $(CPUS) --batch-size $(BATCH) --cluster $(CLUSTER) $(ARGS)
+	@$(PONGTOOLS).plan project --nodes $(NODES) --cpus $(CPUS) --batch-size $(BATCH) --cluster $(CLUSTER) $(ARGS)
 
 .PHONY: plan-inputs
 plan-inputs: $(INSTALLED) ## Rebuild the plan's learning inputs (episode lengths, episodes to win) from RUN's metrics
-	@if [[ -z "$(RUN)" ]]; then echo "make: pass RUN=<run dir>, a trainer's --run-dir with a metrics.jsonl" >&2; exit 1; fi
+	@if [[ -z "$(RUN)" ]]; then echo "make: pass RUN=<run dir>, a trainer's --run-dir or an exported run" >&2; exit 1; fi
 	$(PONGTOOLS).plan inputs --run "$(RUN)" $(ARGS)
 
 ##@ Watch a run (on this machine; RUN and CHECKPOINT may be on S3)

@@ -29,7 +29,7 @@ def test_a_value_without_whitespace_prints_as_it_is():
 # Every tool target with what it needs to reach the tool's parser, and the tool's name there.
 TOOLS = [
     ("plan", [], "pongtools.plan"),
-    ("plan-inputs", ["RUN=x"], "pongtools.plan inputs"),
+    ("plan-inputs", ["RUN=x"], "pongtools.plan"),
     ("play", [], "pongtools.play"),
     ("plot", ["RUN=x"], "pongtools.plot"),
     ("ship", ["RUN=x"], "pongtools.ship"),
