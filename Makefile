@@ -37,7 +37,7 @@ TEST_PROCESSES ?= 2
 # `make play`: how many games to play; the first is written as a GIF.
 GAMES ?= 3
 # `make ship`: where the exported agent (weights, metrics) and its pictures (curve, game GIF) go.
-SHIP_DIR ?= docs/agent
+SHIP_DIR ?= job/tools/runs/agent
 IMAGES_DIR ?= docs/images
 # `make sweep`: BATCH:RATE settings, each trained to EPISODES episodes in SWEEP_ROOT/b<BATCH>-lr<RATE>.
 SWEEP ?= 10:1e-3 50:2e-3 300:2e-3 300:5e-3 300:1e-2

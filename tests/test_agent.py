@@ -59,10 +59,10 @@ def test_make_play_without_a_checkpoint_plays_the_shipped_agent(shipped, tmp_pat
 
 
 def test_the_committed_agent_loads_whole_and_make_play_plays_it_by_default(tmp_path):
-    """docs/agent as committed: float16 weights and every metrics line up to its update; `make play`
+    """job/tools/runs/agent as committed: float16 weights and every metrics line up to its update; `make play`
     with no CHECKPOINT plays it. A trained agent scores: an untrained one takes 0-2 points a game off
     the built-in AI, the shipped one won 163 of 200 games (docs/results.md)."""
-    shipped = REPO / "docs" / "agent"
+    shipped = REPO / "job" / "tools" / "runs" / "agent"
     agent = Run(shipped).load_weights(AGENT_FILE)
     assert agent.cache is None and agent.config["batch_size"] == 50, agent.config
     assert [m["update"] for m in Run(shipped).metrics()] == list(range(1, agent.update + 1))

@@ -49,7 +49,7 @@ def test_keeps_only_the_newest_checkpoints(tmp_path):
 
 
 # The winning run's checkpoint, written by the trainer before Run existed (and before rmsprop_steps).
-COMMITTED = REPO / "docs" / "experiments" / "win-b50-lr0.002"
+COMMITTED = REPO / "job" / "tools" / "runs" / "win-b50-lr0.002"
 
 
 def test_a_committed_checkpoint_reads_and_writes_back_in_the_same_layout(tmp_path):

@@ -19,7 +19,7 @@ from pongtools.plan import calibration, inputs, model, report
 # trainer, and beside them, the whole time, a probe process playing episodes (its rate).
 CALIBRATION = pathlib.Path(__file__).with_name("plan_calibration.json")
 TOLERANCE = 0.15
-WIN_RUN = REPO / "docs" / "experiments" / "win-b50-lr0.002"  # an exported run: metrics.jsonl.gz, one checkpoint
+WIN_RUN = REPO / "job" / "tools" / "runs" / "win-b50-lr0.002"  # an exported run: metrics.jsonl.gz, one checkpoint
 
 
 # -- the dispatch simulation on cases with a known answer ----------------------------

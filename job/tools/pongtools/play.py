@@ -4,7 +4,7 @@ How to run (from the repo root; `make play CHECKPOINT=... GAMES=3` does the same
 
     PYTHONPATH=job/pong:job/tools python -m pongtools.play ~/pong-runs/a/ckpt-000100.npz --games 3
     PYTHONPATH=job/pong:job/tools python -m pongtools.play ~/pong-runs/a --policy sampled    # the run's newest checkpoint
-    PYTHONPATH=job/pong:job/tools python -m pongtools.play docs/agent --games 10     # the shipped agent (make play)
+    PYTHONPATH=job/pong:job/tools python -m pongtools.play job/tools/runs/agent --games 10     # the shipped agent (make play)
 
 The trainer's own kernel (policy.policy_step) preprocesses each screen and runs the
 network. By default the agent plays its more likely action, UP iff P(UP) > 0.5 (greedy,

@@ -5,10 +5,10 @@ How to run (from the repo root; `make ship RUN=...` does this, then draws the cu
     PYTHONPATH=job/pong:job/tools python -m pongtools.ship ~/pong-runs/a                # its newest checkpoint
     PYTHONPATH=job/pong:job/tools python -m pongtools.ship ~/pong-runs/a --checkpoint ~/pong-runs/a/ckpt-000900.npz
 
-Writes into --out (default docs/agent):
+Writes into --out (default job/tools/runs/agent):
 - pong-agent.npz: W1 and W2 as float16 (2.6 MB instead of the checkpoint's 10 MB with its
   RMSProp cache), the counters and the config. `make play` plays it; it cannot resume a run.
-- metrics.jsonl.gz: every update's metrics line up to that checkpoint, so `make plot RUN=docs/agent`
+- metrics.jsonl.gz: every update's metrics line up to that checkpoint, so `make plot RUN=job/tools/runs/agent`
   redraws the whole learning curve.
 """
 
@@ -21,7 +21,7 @@ from pgpong.logline import kv
 from pgpong.run import AGENT_FILE, SHIPPED_METRICS, Run
 from pgpong.store import StoreError
 
-DEFAULT_OUT = "docs/agent"
+DEFAULT_OUT = "job/tools/runs/agent"
 
 
 def metrics_until(run, last_update):
