@@ -61,6 +61,7 @@ def test_a_committed_checkpoint_reads_and_writes_back_in_the_same_layout(tmp_pat
     again = Run(tmp_path).save(state)
     with zipfile.ZipFile(COMMITTED / name) as old, zipfile.ZipFile(again) as new:
         assert old.namelist() == new.namelist()
+        assert [m.compress_type for m in old.infolist()] == [m.compress_type for m in new.infolist()]
         for member in old.namelist():
             if member != "meta.npy":
                 assert old.read(member) == new.read(member), member
