@@ -47,6 +47,8 @@ def metrics_segment(update):
 
 
 class Run:
+    """One run directory: a local folder (made absolute) or s3://bucket/prefix, and its store."""
+
     def __init__(self, path):
         path = str(path)
         self.path = path if path.startswith("s3://") else os.path.abspath(os.path.expanduser(path))
