@@ -37,7 +37,7 @@ TEST_PROCESSES ?= 2
 # `make play`: how many games to play; the first is written as a GIF.
 GAMES ?= 3
 # `make ship`: where the exported agent (weights, metrics) and its pictures (curve, game GIF) go.
-SHIP_DIR ?= docs/agent
+SHIP_DIR ?= job/tools/runs/agent
 IMAGES_DIR ?= docs/images
 # `make sweep`: BATCH:RATE settings, each trained to EPISODES episodes in SWEEP_ROOT/b<BATCH>-lr<RATE>.
 SWEEP ?= 10:1e-3 50:2e-3 300:2e-3 300:5e-3 300:1e-2
@@ -73,6 +73,9 @@ LOCK := $(UV) pip compile --quiet --universal --python-version 3.11 --generate-h
 # The job's package is the folder inside job/$(JOB) that has a train module.
 PACKAGE = $(notdir $(patsubst %/train.py,%,$(wildcard job/$(JOB)/*/train.py)))
 JOBS = $(notdir $(patsubst %/,%,$(dir $(patsubst %/,%,$(dir $(wildcard job/*/*/train.py))))))
+# How every tool target runs its tool, $(PONGTOOLS).<tool>: a module of the tools package job/tools/pongtools
+# (never shipped), which imports the job's package pgpong (job/pong).
+PONGTOOLS = PYTHONPATH=job/pong:job/tools python -m pongtools
 
 # Every command below finds the venv's python and ray first, talks to clusters with
 # token authentication, and gets the thread presets (infra/threads.env is KEY=VALUE).
@@ -202,7 +205,7 @@ image: ## Build the cluster image from infra/Dockerfile (name in infra/image.env
 
 .PHONY: preflight
 preflight: $(INSTALLED) ## Check CLUSTER against your AWS account before paying: credentials, quota, zones, AMI, key pair, cost
-	@$(BIN)/python infra/preflight.py $(CLUSTER)
+	@PYTHONPATH=job/pong $(BIN)/python infra/preflight.py $(CLUSTER)
 
 .PHONY: token
 token: $(INSTALLED) ## Create the cluster token ~/.ray/auth_token unless it exists (ray up copies it to every node)
@@ -247,46 +250,46 @@ train: $(INSTALLED) ## Train without Ray Jobs: cd job/JOB && python -m <package>
 	cd job/$(JOB) && env -u RAY_ADDRESS python -m $(PACKAGE).train $(ARGS)
 
 .PHONY: bench
-bench: $(INSTALLED) ## Benchmark pong: cd job/pong && python -m pgpong.bench ARGS
-	cd job/pong && env -u RAY_ADDRESS python -m pgpong.bench $(ARGS)
+bench: $(INSTALLED) ## Benchmark the trainer against the bare emulator and the textbook design (ARGS: its flags)
+	env -u RAY_ADDRESS $(PONGTOOLS).bench $(ARGS)
 
 ##@ Plan a cluster run (a model from figures measured here; no Ray needed)
 
 .PHONY: plan
 plan: $(INSTALLED) ## Project NODES x CPUS at BATCH: seconds per update, episodes and $ an hour, hours and $ to a win
-	@PYTHONPATH=job/pong:infra python -m pgpong.plan --nodes $(NODES) --cpus $(CPUS) --batch-size $(BATCH) --cluster $(CLUSTER) $(ARGS)
+	@$(PONGTOOLS).plan project --nodes $(NODES) --cpus $(CPUS) --batch-size $(BATCH) --cluster $(CLUSTER) $(ARGS)
 
 .PHONY: plan-inputs
 plan-inputs: $(INSTALLED) ## Rebuild the plan's learning inputs (episode lengths, episodes to win) from RUN's metrics
-	@if [[ -z "$(RUN)" ]]; then echo "make: pass RUN=<run dir>, a trainer's --run-dir with a metrics.jsonl" >&2; exit 1; fi
-	PYTHONPATH=job/pong python -m pgpong.plan inputs --run "$(RUN)" $(ARGS)
+	@if [[ -z "$(RUN)" ]]; then echo "make: pass RUN=<run dir>, a trainer's --run-dir or an exported run" >&2; exit 1; fi
+	$(PONGTOOLS).plan inputs --run "$(RUN)" $(ARGS)
 
 ##@ Watch a run (on this machine; RUN and CHECKPOINT may be on S3)
 
 .PHONY: plot
 plot: $(TOOLS) ## Learning curves of RUN in one PNG (RUN/curve.png): reward, episode length, steps/s
 	@if [[ -z "$(RUN)" ]]; then echo "make: pass RUN=<run dir>, the trainer's --run-dir (a folder or s3://bucket/prefix)" >&2; exit 1; fi
-	PYTHONPATH=job/pong python -m pgpong.plot "$(RUN)" $(ARGS)
+	$(PONGTOOLS).plot "$(RUN)" $(ARGS)
 
 .PHONY: play
 play: $(TOOLS) ## Play GAMES games with CHECKPOINT (default: the shipped agent), print each score, write the first as a GIF
 	@if [[ -z "$(or $(CHECKPOINT),$(wildcard $(SHIP_DIR)/pong-agent.npz))" ]]; then echo "make: pass CHECKPOINT=<ckpt-NNNNNN.npz, or a run dir for its newest checkpoint>; there is no shipped agent in $(SHIP_DIR)" >&2; exit 1; fi
-	PYTHONPATH=job/pong python -m pgpong.play "$(or $(CHECKPOINT),$(SHIP_DIR))" --games $(GAMES) $(ARGS)
+	$(PONGTOOLS).play "$(or $(CHECKPOINT),$(SHIP_DIR))" --games $(GAMES) $(ARGS)
 
 .PHONY: ship
 ship: $(TOOLS) ## Export RUN's newest checkpoint (or CHECKPOINT=) as the agent in SHIP_DIR; draw its curve and a game
 	@if [[ -z "$(RUN)" ]]; then echo "make: pass RUN=<run dir>, the trainer's --run-dir of the run to ship" >&2; exit 1; fi
-	PYTHONPATH=job/pong python -m pgpong.ship "$(RUN)" --out $(SHIP_DIR) $(if $(CHECKPOINT),--checkpoint "$(CHECKPOINT)")
-	PYTHONPATH=job/pong python -m pgpong.plot $(SHIP_DIR) --out $(IMAGES_DIR)/agent-curve.png
-	PYTHONPATH=job/pong python -m pgpong.play $(SHIP_DIR) --games 1 --out $(IMAGES_DIR)/agent-game.gif
+	$(PONGTOOLS).ship "$(RUN)" --out $(SHIP_DIR) $(if $(CHECKPOINT),--checkpoint "$(CHECKPOINT)") $(ARGS)
+	$(PONGTOOLS).plot $(SHIP_DIR) --out $(IMAGES_DIR)/agent-curve.png
+	$(PONGTOOLS).play $(SHIP_DIR) --games 1 --out $(IMAGES_DIR)/agent-game.gif
 
 ##@ Experiments (hours: run them in the background; they resume where they stopped)
 
 .PHONY: sweep
 sweep: $(INSTALLED) ## Train each BATCH:RATE of SWEEP to EPISODES episodes in SWEEP_ROOT, one after the other
-	cd job/pong && env -u RAY_ADDRESS python -m pgpong.sweep --root $(SWEEP_ROOT) --episodes $(EPISODES) $(SWEEP) $(ARGS)
+	env -u RAY_ADDRESS $(PONGTOOLS).sweep --root $(SWEEP_ROOT) --episodes $(EPISODES) $(SWEEP) $(ARGS)
 
 .PHONY: compare
 compare: $(INSTALLED) ## Running reward of the run dirs RUNS at AT episodes (ARGS=--markdown for a table)
 	@if [[ -z "$(RUNS)" ]]; then echo "make: pass RUNS=\"<run dir> ...\", e.g. RUNS=\"$$(echo $(SWEEP_ROOT)/*)\"" >&2; exit 1; fi
-	PYTHONPATH=job/pong python -m pgpong.compare $(RUNS) --at $(AT) $(ARGS)
+	$(PONGTOOLS).compare $(RUNS) --at $(AT) $(ARGS)

@@ -1,7 +1,7 @@
 """Checks an AWS cluster launcher config against your AWS account before anyone pays.
 
     make preflight                                          # CLUSTER=cluster/aws.yaml
-    .venv/bin/python infra/preflight.py cluster/aws.yaml    # the same, by hand
+    PYTHONPATH=job/pong .venv/bin/python infra/preflight.py cluster/aws.yaml    # the same, by hand
 
 Reads the YAML as `ray up` does (Ray's defaults filled in, Ray's validator run) and asks
 AWS, with read-only calls, whether `ray up` can get what the YAML asks for:
@@ -36,7 +36,7 @@ are made up; on AWS the image line names the AMI Canonical's parameter points to
     check=quota status=ok quota=L-1216C47A name="Running On-Demand Standard instances" limit=432 in_use=0 need=396
     check=key-pair status=ok key_name=ray-autoscaler_us-west-2 note="ray up creates or reuses it"
     check=instance-profile status=ok profile=ray-autoscaler-v1 note="ray up creates it (needs IAM permissions)"
-    check=cost status=ok usd_per_hour=16.83 nodes=11 source="preflight table, AWS on-demand Linux list prices, 2025"
+    check=cost status=ok usd_per_hour=16.83 nodes=11 source="infra/prices.yaml, AWS on-demand Linux list prices, 2025"
     preflight status=ok failed=0 warnings=0 failed_checks=none
 
 When the parameter cannot be read (a wrong name, or no ssm:GetParameters permission),
@@ -56,27 +56,10 @@ import boto3
 import yaml
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+from pgpong.logline import kv  # the one key=value formatter (job/pong on PYTHONPATH, as make preflight sets)
 
-# Hourly on-demand prices in USD (Linux, shared tenancy): AWS's EC2 list prices as
-# published in 2025. The us-east-1 figures for c5.2xlarge to c5.24xlarge also appear in
-# the EC2 Auto Scaling User Guide's "Spot price per unit hour" example; C5 costs the same
-# in these three regions. A type or region not listed gets a warning, not a guess.
-PRICE_SOURCE = "preflight table, AWS on-demand Linux list prices, 2025"
-C5_USD_PER_HOUR = {
-    "c5.large": 0.085,
-    "c5.xlarge": 0.17,
-    "c5.2xlarge": 0.34,
-    "c5.4xlarge": 0.68,
-    "c5.9xlarge": 1.53,
-    "c5.12xlarge": 2.04,
-    "c5.18xlarge": 3.06,
-    "c5.24xlarge": 4.08,
-}
-ON_DEMAND_USD_PER_HOUR = {
-    (instance_type, region): price
-    for region in ("us-east-1", "us-east-2", "us-west-2")
-    for instance_type, price in C5_USD_PER_HOUR.items()
-}
+# Hourly on-demand prices, with their source: the file `make plan` reads too.
+PRICES = Path(__file__).with_name("prices.yaml")
 
 # The "Standard" families (A, C, D, H, I, M, R, T, Z) share one vCPU quota per region
 # for on-demand and one for spot. Other families (G, P, X, Inf, ...) have quotas of
@@ -95,15 +78,6 @@ class UserError(Exception):
     """A mistake the user can fix; printed as one line, never as a traceback."""
 
 
-def fmt(value):
-    text = str(value)
-    return f'"{text}"' if not text or any(c in text for c in ' "=') else text
-
-
-def line(*words, **fields):
-    return " ".join([*words, *(f"{key}={fmt(value)}" for key, value in fields.items())])
-
-
 class Report:
     """Prints each check's line as it is decided and remembers what failed."""
 
@@ -112,18 +86,18 @@ class Report:
         self.warnings = 0
 
     def ok(self, check, **fields):
-        print(line(check=check, status="ok", **fields), flush=True)
+        print(kv(check=check, status="ok", **fields), flush=True)
 
     def warn(self, check, reason, **fields):
         self.warnings += 1
-        print(line(check=check, status="warn", **fields, reason=reason), flush=True)
+        print(kv(check=check, status="warn", **fields, reason=reason), flush=True)
 
     def fail(self, check, fix, **fields):
         self.failed.append(check)
-        print(line(check=check, status="FAIL", **fields, fix=fix), flush=True)
+        print(kv(check=check, status="FAIL", **fields, fix=fix), flush=True)
 
     def skip(self, check, reason):
-        print(line(check=check, status="skip", reason=reason), flush=True)
+        print(kv(check=check, status="skip", reason=reason), flush=True)
 
 
 def load_cluster(path):
@@ -506,9 +480,11 @@ def check_instance_profiles(report, session, config):
 
 
 def check_cost(report, plan, region):
+    with open(PRICES) as f:
+        prices = yaml.safe_load(f)
     total, nodes, spot, unknown = 0.0, 0, 0, set()
     for _, node_config, count, market_name in plan:
-        price = ON_DEMAND_USD_PER_HOUR.get((node_config["InstanceType"], region))
+        price = prices["usd_per_hour"].get(region, {}).get(node_config["InstanceType"])
         if price is None:
             unknown.add(node_config["InstanceType"])
             continue
@@ -518,11 +494,11 @@ def check_cost(report, plan, region):
     if unknown:
         report.warn(
             "cost",
-            f"no price for {','.join(sorted(unknown))} in {region} in preflight's table; "
+            f"no price for {','.join(sorted(unknown))} in {region} in infra/prices.yaml; "
             "see the EC2 on-demand pricing page",
         )
         return
-    fields = dict(usd_per_hour=f"{total:.2f}", nodes=nodes, source=PRICE_SOURCE)
+    fields = dict(usd_per_hour=f"{total:.2f}", nodes=nodes, source=prices["source"])
     if spot:
         fields["note"] = f"{spot} spot nodes counted at the on-demand price, an upper bound"
     report.ok("cost", **fields)
@@ -542,7 +518,7 @@ def guarded(report, check, step, *args):
 def run_checks(report, config, path):
     region = config["provider"]["region"]
     plan = node_plan(config)
-    print(line("preflight", cluster=path, region=region, nodes=sum(count for _, _, count, _ in plan)), flush=True)
+    print(kv("preflight", cluster=path, region=region, nodes=sum(count for _, _, count, _ in plan)), flush=True)
     session = boto3.session.Session(region_name=region, **config["provider"].get("aws_credentials", {}))
     later = ["instance-type", "zones", "image", "quota", "key-pair", "instance-profile"]
     try:
@@ -597,7 +573,7 @@ def main(argv=None):
     report = Report()
     run_checks(report, config, args.cluster)
     print(
-        line(
+        kv(
             "preflight",
             status="FAIL" if report.failed else "ok",
             failed=len(report.failed),

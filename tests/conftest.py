@@ -27,6 +27,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 JOB_DIR = REPO / "job" / "pong"  # the job's working dir: `python -m pgpong.train` runs here
+TOOLS_DIR = REPO / "job" / "tools"  # the tools package's folder: `python -m pongtools.plot` with it on the path
+TOOLS_PATH = f"{JOB_DIR}{os.pathsep}{TOOLS_DIR}"  # PYTHONPATH of a tool, as `make plot` sets it
 VENV_BIN = Path(sys.executable).parent
 RAY = str(VENV_BIN / "ray")
 START_TIMEOUT_S = 90
@@ -46,8 +48,11 @@ THREADS = read_env_file(REPO / "infra" / "threads.env")
 
 
 def fields(line):
-    """{'updates': '2', ...}: the key=value pairs of one log line such as 'done updates=2 ...'."""
-    return dict(word.split("=", 1) for word in line.split() if "=" in word)
+    """{'updates': '2', ...}: the key=value pairs of one log line, read as every reader here reads them
+    (pgpong.logline.fields; imported here, so `python tests/test_docs.py` can set the path first)."""
+    from pgpong.logline import fields as read
+
+    return read(line)
 
 
 def free_port():
@@ -119,6 +124,11 @@ def clean_env(**extra):
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
     env.update(extra)
     return env
+
+
+def tools_env(**extra):
+    """clean_env with the job's package and the tools on PYTHONPATH, as `make plot` runs a tool."""
+    return clean_env(PYTHONPATH=TOOLS_PATH, **extra)
 
 
 def cluster_processes(session_ids, marker):
@@ -561,16 +571,18 @@ RESULT_FIELDS = (
 
 
 def read_metrics(run_dir):
-    with open(Path(run_dir) / "metrics.jsonl") as f:
-        return [json.loads(line) for line in f]
+    """Every update's metrics record of a run dir, read as the tools and a resume read them."""
+    from pgpong.run import Run
+
+    return Run(run_dir).metrics()
 
 
 def assert_same_run(run_dir, reference_dir):
     """The newest checkpoints of two run dirs agree bit for bit (weights, RMSProp cache, counters,
     running reward), and so do their metrics, timings aside."""
-    from pgpong import checkpoint
+    from pgpong.run import Run
 
-    got, want = (checkpoint.load(checkpoint.checkpoints(str(d))[0]) for d in (run_dir, reference_dir))
+    got, want = (Run(d).load(Run(d).checkpoints()[0]) for d in (run_dir, reference_dir))
     counters = ("update", "episodes", "env_steps", "running_reward", "rmsprop_steps")
     assert [getattr(got, k) for k in counters] == [getattr(want, k) for k in counters]
     for part in ("params", "cache"):

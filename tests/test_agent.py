@@ -6,8 +6,9 @@ import json
 
 import numpy as np
 import pytest
-from conftest import JOB_DIR, REPO, clean_env, fields, run, trainer_env
-from pgpong import checkpoint, compare, watch
+from conftest import REPO, TOOLS_PATH, clean_env, fields, run, tools_env, trainer_env
+from pgpong.run import AGENT_FILE, Run
+from pongtools import compare
 from test_watch import only
 
 pytestmark = pytest.mark.slow
@@ -29,22 +30,22 @@ def shipped(tiny_run, tmp_path_factory):
 def test_ship_writes_float16_weights_that_play_and_the_whole_metrics(tiny_run, shipped):
     out, agent_dir, images = shipped
     [line] = map(fields, only(out, "ship "))
-    original = checkpoint.load(tiny_run[1] / "ckpt-000001.npz")
-    agent = checkpoint.load_weights(agent_dir / checkpoint.AGENT_FILE)
+    original = Run(tiny_run[1]).load("ckpt-000001.npz")
+    agent = Run(agent_dir).load_weights(AGENT_FILE)
     assert agent.cache is None and agent.update == original.update == int(line["update"])
     assert agent.config == original.config and agent.running_reward == original.running_reward
     for k, w in original.params.items():
         assert agent.params[k].dtype == np.float32 and agent.params[k].shape == w.shape
         np.testing.assert_array_equal(agent.params[k], w.astype(np.float16).astype(np.float32))
-    assert (agent_dir / checkpoint.AGENT_FILE).stat().st_size < 0.4 * (tiny_run[1] / "ckpt-000001.npz").stat().st_size
+    assert (agent_dir / AGENT_FILE).stat().st_size < 0.4 * (tiny_run[1] / "ckpt-000001.npz").stat().st_size
     shipped_metrics = [
         json.loads(x) for x in gzip.decompress((agent_dir / "metrics.jsonl.gz").read_bytes()).splitlines()
     ]
-    assert shipped_metrics == watch.read_metrics(tiny_run[1])
-    assert watch.read_metrics(agent_dir) == shipped_metrics  # make plot RUN=<agent folder> reads them
+    assert shipped_metrics == Run(tiny_run[1]).metrics()
+    assert Run(agent_dir).metrics() == shipped_metrics  # make plot RUN=<agent folder> reads them
     assert (images / "agent-curve.png").stat().st_size > 0 and (images / "agent-game.gif").stat().st_size > 0
     [played] = map(fields, only(out, "play "))
-    assert played["checkpoint"] == str(agent_dir / checkpoint.AGENT_FILE) and played["games"] == "1"
+    assert played["checkpoint"] == str(agent_dir / AGENT_FILE) and played["games"] == "1"
 
 
 def test_make_play_without_a_checkpoint_plays_the_shipped_agent(shipped, tmp_path):
@@ -52,23 +53,23 @@ def test_make_play_without_a_checkpoint_plays_the_shipped_agent(shipped, tmp_pat
     made = make("play", f"SHIP_DIR={agent_dir}", "GAMES=1", f"ARGS=--out {tmp_path / 'g.gif'}")
     assert made.returncode == 0, made.stdout + made.stderr
     [summary] = map(fields, only(made.stdout, "play "))
-    assert summary["checkpoint"] == str(agent_dir / checkpoint.AGENT_FILE)
+    assert summary["checkpoint"] == str(agent_dir / AGENT_FILE)
     [game] = map(fields, only(made.stdout, "game="))
     assert float(summary["mean_point_difference"]) == int(game["reward"])
 
 
 def test_the_committed_agent_loads_whole_and_make_play_plays_it_by_default(tmp_path):
-    """docs/agent as committed: float16 weights and every metrics line up to its update; `make play`
+    """job/tools/runs/agent as committed: float16 weights and every metrics line up to its update; `make play`
     with no CHECKPOINT plays it. A trained agent scores: an untrained one takes 0-2 points a game off
     the built-in AI, the shipped one won 163 of 200 games (docs/results.md)."""
-    shipped = REPO / "docs" / "agent"
-    agent = checkpoint.load_weights(shipped / checkpoint.AGENT_FILE)
+    shipped = REPO / "job" / "tools" / "runs" / "agent"
+    agent = Run(shipped).load_weights(AGENT_FILE)
     assert agent.cache is None and agent.config["batch_size"] == 50, agent.config
-    assert [m["update"] for m in watch.read_metrics(shipped)] == list(range(1, agent.update + 1))
+    assert [m["update"] for m in Run(shipped).metrics()] == list(range(1, agent.update + 1))
     made = make("play", "GAMES=1", f"ARGS=--out {tmp_path / 'g.gif'}")
     assert made.returncode == 0, made.stdout + made.stderr
     [summary] = map(fields, only(made.stdout, "play "))
-    assert summary["checkpoint"] == str(shipped / checkpoint.AGENT_FILE) and summary["update"] == str(agent.update)
+    assert summary["checkpoint"] == str(shipped / AGENT_FILE) and summary["update"] == str(agent.update)
     assert int(summary["agent_points"]) >= 5, summary
 
 
@@ -79,14 +80,14 @@ def test_make_play_without_a_checkpoint_or_a_shipped_agent_says_what_to_pass(tmp
 
 
 def test_ship_refuses_a_run_without_checkpoints(tmp_path):
-    proc = run(["python", "-m", "pgpong.ship", str(tmp_path)], clean_env(PYTHONPATH="job/pong"), timeout=60)
+    proc = run(["python", "-m", "pongtools.ship", str(tmp_path)], tools_env(), timeout=60)
     assert proc.returncode == 2 and "holds no checkpoint" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
 def test_compare_reads_each_runs_reward_at_the_milestones(tiny_run):
-    records = watch.read_metrics(tiny_run[1])
-    row = compare.summary(str(tiny_run[1]), [1, 2, 3])
+    records = Run(tiny_run[1]).metrics()
+    row = compare.summary(Run(tiny_run[1]), [1, 2, 3])
     assert row["batch_size"] == 2 and row["episodes"] == 2 and row["updates"] == 1
     assert row[1] == row[2] == (records[0]["running_reward"], 1) and row[3] is None
     made = make("compare", f"RUNS={tiny_run[1]}", "AT=1,5")
@@ -106,28 +107,24 @@ def test_at_episodes_takes_the_first_update_that_reached_the_milestone():
 def test_sweep_trains_each_setting_to_the_episodes_then_resumes_with_nothing_left(tmp_path):
     root = tmp_path / "lr"
     args = ["--root", str(root), "--episodes", "3", "--workers", "1", "2:1e-3", "3:2e-3"]
-    first = run_cli_module("pgpong.sweep", *args)
+    first = run_cli_module("pongtools.sweep", *args)
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
     sweeps = [fields(x) for x in only(first.stdout, "sweep run=")]
     assert [(s["batch_size"], s["updates"], s["left"]) for s in sweeps] == [("2", "2", "2"), ("3", "1", "1")]
     for name, batch, updates in (("b2-lr0.001", 2, 2), ("b3-lr0.002", 3, 1)):
-        state = checkpoint.load(checkpoint.checkpoints(str(root / name))[0])
+        run = Run(root / name)
+        state = run.load(run.checkpoints()[0])
         assert (state.update, state.episodes, state.config["batch_size"]) == (updates, batch * updates, batch)
-    again = run_cli_module("pgpong.sweep", *args)
+    again = run_cli_module("pongtools.sweep", *args)
     assert again.returncode == 0 and "start " not in again.stdout  # nothing trained the second time
     assert [fields(x)["left"] for x in only(again.stdout, "sweep run=")] == ["0", "0"]
 
 
 def test_a_bad_sweep_setting_is_one_line_and_exit_2():
-    proc = run_cli_module("pgpong.sweep", "300")
+    proc = run_cli_module("pongtools.sweep", "300")
     assert proc.returncode == 2 and "must be BATCH:RATE" in proc.stderr, proc.stderr
 
 
 def run_cli_module(module, *args):
-    """python -m <module> ARGS in the job dir, unbuffered, on the suite's Ray head."""
-    return run(
-        ["python", "-m", module, *args],
-        trainer_env(),
-        cwd=JOB_DIR,
-        timeout=600,
-    )
+    """python -m <module> ARGS with the tools on the path, unbuffered, on the suite's Ray head."""
+    return run(["python", "-m", module, *args], trainer_env(PYTHONPATH=TOOLS_PATH), timeout=600)

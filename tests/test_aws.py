@@ -29,7 +29,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from conftest import TESTING_KEY, moto_server, use_aws
+from conftest import JOB_DIR, TESTING_KEY, fields, moto_server, use_aws
 
 REPO = Path(__file__).resolve().parent.parent
 PREFLIGHT = REPO / "infra" / "preflight.py"
@@ -173,7 +173,12 @@ def serve_ec2_quota(monkeypatch, value):
 
 def preflight(env, cluster=AWS_YAML):
     result = subprocess.run(
-        [sys.executable, str(PREFLIGHT), str(cluster)], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
+        [sys.executable, str(PREFLIGHT), str(cluster)],
+        env=dict(env, PYTHONPATH=str(JOB_DIR)),  # as make preflight runs it: pgpong's key=value lines
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert "Traceback" not in result.stdout + result.stderr, result.stdout + result.stderr
     return result
@@ -181,13 +186,10 @@ def preflight(env, cluster=AWS_YAML):
 
 def checks(result):
     """{check name: [fields of each line]} from preflight's key=value lines."""
-    import shlex
-
     found = {}
     for line in result.stdout.splitlines():
         if line.startswith("check="):
-            fields = dict(word.split("=", 1) for word in shlex.split(line))
-            found.setdefault(fields["check"], []).append(fields)
+            found.setdefault(fields(line)["check"], []).append(fields(line))
     return found
 
 

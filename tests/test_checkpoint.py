@@ -1,46 +1,72 @@
 """Checkpoints: round trip, atomic replacement, pruning, and clear errors. No Ray."""
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import zipfile
 
 import numpy as np
 import pytest
-from conftest import JOB_DIR
+from conftest import JOB_DIR, REPO
 from pgpong import checkpoint, policy
+from pgpong.run import Run
 
 
 def make_state(update, seed=0, env="Pong-v0"):
     params = policy.init_params(np.random.default_rng(seed))
     cache = {k: np.abs(v) * 0.5 for k, v in params.items()}
     cfg = {"env": env, "seed": seed, "batch_size": 4}
-    return checkpoint.State(params, cache, update, 4 * update, 1000 * update, -20.5, 12.5, cfg)
+    return checkpoint.State(params, cache, update, 4 * update, 1000 * update, -20.5, 12.5, 2 * update, config=cfg)
 
 
 def test_round_trip_keeps_everything_needed_to_resume(tmp_path):
     state = make_state(7, seed=3)
-    path = checkpoint.save(tmp_path, state)
+    path = Run(tmp_path).save(state)
     assert os.path.basename(path) == "ckpt-000007.npz"
-    back = checkpoint.load_latest(tmp_path, {"env": "Pong-v0"})
+    back = Run(tmp_path).load_latest({"env": "Pong-v0"})
     for k in ("W1", "W2"):
         assert np.array_equal(back.params[k], state.params[k])
         assert np.array_equal(back.cache[k], state.cache[k])
     assert back.params["W1"].flags.f_contiguous
     assert (back.update, back.episodes, back.env_steps, back.running_reward, back.seconds) == (7, 28, 7000, -20.5, 12.5)
+    assert back.rmsprop_steps == state.rmsprop_steps
     assert back.config == state.config
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
 
 
 def test_keeps_only_the_newest_checkpoints(tmp_path):
+    run = Run(tmp_path)
     for u in range(1, 6):
-        checkpoint.save(tmp_path, make_state(u), keep=3)
-    assert [os.path.basename(p) for p in checkpoint.checkpoints(tmp_path)] == [
+        run.save(make_state(u), keep=3)
+    assert run.checkpoints() == [
         "ckpt-000005.npz",
         "ckpt-000004.npz",
         "ckpt-000003.npz",
     ]
+
+
+# The winning run's checkpoint, written by the trainer before Run existed (and before rmsprop_steps).
+COMMITTED = REPO / "job" / "tools" / "runs" / "win-b50-lr0.002"
+
+
+def test_a_committed_checkpoint_reads_and_writes_back_in_the_same_layout(tmp_path):
+    """Every array of the old file comes back, and the file written again holds the same members,
+    each array's bytes unchanged; its meta adds only the step count the old one implied."""
+    [name] = Run(COMMITTED).checkpoints()
+    state = Run(COMMITTED).load(name)
+    assert (state.update, state.rmsprop_steps, state.config["batch_size"]) == (370, 370, 50)
+    again = Run(tmp_path).save(state)
+    with zipfile.ZipFile(COMMITTED / name) as old, zipfile.ZipFile(again) as new:
+        assert old.namelist() == new.namelist()
+        assert [m.compress_type for m in old.infolist()] == [m.compress_type for m in new.infolist()]
+        for member in old.namelist():
+            if member != "meta.npy":
+                assert old.read(member) == new.read(member), member
+    with np.load(COMMITTED / name) as old, np.load(again) as new:
+        assert json.loads(str(new["meta"])) == json.loads(str(old["meta"])) | {"rmsprop_steps": 370}
 
 
 def writer(run_dir, then):
@@ -50,16 +76,18 @@ def writer(run_dir, then):
         import numpy as np
         sys.path.insert(0, {str(JOB_DIR)!r})
         from pgpong import checkpoint, policy
+        from pgpong.run import Run
         from pgpong.store import StoreError
 
         def state(update):
             params = policy.init_params(np.random.default_rng(update))
             return checkpoint.State(params, params, update, config={{"env": "Pong-v0"}})
 
-        checkpoint.save({str(run_dir)!r}, state(1))
+        run = Run({str(run_dir)!r})
+        run.save(state(1))
         {then}
         try:
-            checkpoint.save({str(run_dir)!r}, state(2))
+            run.save(state(2))
             print("saved")
         except StoreError as e:
             print(f"StoreError: {{e}}")
@@ -74,7 +102,7 @@ def test_a_write_that_fails_midway_leaves_the_previous_checkpoint_as_latest(tmp_
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"StoreError: cannot write {tmp_path}/ckpt-000002.npz: File too large"
     assert os.listdir(tmp_path) == ["ckpt-000001.npz"]  # no half file under either name
-    assert checkpoint.load_latest(tmp_path, {"env": "Pong-v0"}).update == 1
+    assert Run(tmp_path).load_latest({"env": "Pong-v0"}).update == 1
 
 
 def test_a_writer_killed_inside_the_final_rename_leaves_the_previous_checkpoint_whole(tmp_path):
@@ -82,12 +110,12 @@ def test_a_writer_killed_inside_the_final_rename_leaves_the_previous_checkpoint_
     die = "os.replace = lambda src, dst: os.kill(os.getpid(), signal.SIGKILL)"
     proc = subprocess.run([sys.executable, "-c", writer(tmp_path, die)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)  # it died in the rename
-    paths = checkpoint.checkpoints(tmp_path)
-    assert [os.path.basename(p) for p in paths] == ["ckpt-000001.npz"]
-    state = checkpoint.load(paths[0])
+    run = Run(tmp_path)
+    assert run.checkpoints() == ["ckpt-000001.npz"]
+    state = run.load("ckpt-000001.npz")
     assert state.update == 1
     assert np.array_equal(state.params["W1"], policy.init_params(np.random.default_rng(1))["W1"])
-    checkpoint.prepare_run_dir(tmp_path)  # what the next run does first: the dead writer's temp file goes
+    run.prepare()  # what the next run does first: the dead writer's temp file goes
     assert os.listdir(tmp_path) == ["ckpt-000001.npz"]
 
 
@@ -97,44 +125,46 @@ def truncate(path):
 
 
 def test_a_truncated_only_checkpoint_is_an_error_naming_the_file(tmp_path):
-    truncate(checkpoint.save(tmp_path, make_state(3)))
+    truncate(Run(tmp_path).save(make_state(3)))
     with pytest.raises(checkpoint.CheckpointError, match="ckpt-000003.npz.*corrupt.*no usable checkpoint"):
-        checkpoint.load_latest(tmp_path, {"env": "Pong-v0"})
+        Run(tmp_path).load_latest({"env": "Pong-v0"})
 
 
 def test_a_corrupt_newest_checkpoint_is_reported_and_the_previous_one_used(tmp_path):
-    checkpoint.save(tmp_path, make_state(2, seed=2))
-    truncate(checkpoint.save(tmp_path, make_state(3, seed=3)))
+    run = Run(tmp_path)
+    run.save(make_state(2, seed=2))
+    truncate(run.save(make_state(3, seed=3)))
     warnings = []
-    state = checkpoint.load_latest(tmp_path, {"env": "Pong-v0"}, warn=warnings.append)
+    state = run.load_latest({"env": "Pong-v0"}, warn=warnings.append)
     assert state.update == 2
     assert np.array_equal(state.params["W1"], make_state(2, seed=2).params["W1"])
     assert len(warnings) == 1 and "ckpt-000003.npz" in warnings[0] and "using ckpt-000002.npz" in warnings[0]
 
 
 def test_flipped_bytes_are_caught_by_the_zip_checksum(tmp_path):
-    path = checkpoint.save(tmp_path, make_state(3))
+    path = Run(tmp_path).save(make_state(3))
     with open(path, "r+b") as f:
         f.seek(os.path.getsize(path) // 2)
         f.write(b"\xff" * 64)
     with pytest.raises(checkpoint.CheckpointError, match="ckpt-000003.npz"):
-        checkpoint.load(path)
+        Run(tmp_path).load("ckpt-000003.npz")
 
 
 def test_a_checkpoint_from_another_env_is_refused(tmp_path):
-    checkpoint.save(tmp_path, make_state(2, env="ALE/Pong-v5"))
+    Run(tmp_path).save(make_state(2, env="ALE/Pong-v5"))
     with pytest.raises(checkpoint.CheckpointError, match="ckpt-000002.npz.*env='ALE/Pong-v5'"):
-        checkpoint.load_latest(tmp_path, {"env": "Pong-v0"})
+        Run(tmp_path).load_latest({"env": "Pong-v0"})
 
 
 def test_empty_run_dir_means_a_fresh_start(tmp_path):
-    assert checkpoint.load_latest(tmp_path / "nothing-here", {"env": "Pong-v0"}) is None
+    assert Run(tmp_path / "nothing-here").load_latest({"env": "Pong-v0"}) is None
 
 
 def test_trim_metrics_drops_updates_after_the_checkpoint_and_a_cut_line(tmp_path):
+    run = Run(tmp_path)
     for u in (1, 2, 3):
-        checkpoint.append_metrics(tmp_path, {"update": u})
+        run.append_metrics({"update": u})
     with open(tmp_path / "metrics.jsonl", "a") as f:
         f.write('{"update": 4, "rew')  # the driver died mid-line
-    checkpoint.trim_metrics(tmp_path, 2)
+    run.trim_metrics(2)
     assert (tmp_path / "metrics.jsonl").read_text() == '{"update": 1}\n{"update": 2}\n'

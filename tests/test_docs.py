@@ -32,10 +32,11 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import THREADS, ray_head, trainer_env
+from conftest import THREADS, clean_env, fields, ray_head, trainer_env
 
 REPO = Path(__file__).resolve().parent.parent
 JOB_DIR = REPO / "job" / "pong"
+TOOLS_DIR = REPO / "job" / "tools"
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 # Files whose text may cite a docs section: the code, the Makefile, configs, the docs.
 CITING = [
@@ -142,7 +143,7 @@ def line_kind(line):
     ('bench phase=trainer', ...), ('bench summary', ...).
     """
     words = line.split()
-    if not words:
+    if not words or not fields(line):  # a log line has fields; `  bench  Benchmark ...` of make help has none
         return None
     first = words[0]
     kind = first.split("=", 1)[0]
@@ -151,7 +152,7 @@ def line_kind(line):
     if kind == "bench" and len(words) > 1:
         second = words[1]
         kind = f"bench {second}" if "=" not in second or second.startswith("phase=") else kind
-    return kind, frozenset(w.split("=", 1)[0] for w in words if "=" in w)
+    return kind, frozenset(fields(line))
 
 
 def doc_samples():
@@ -186,7 +187,7 @@ def run_tiny(env, train_stdout=None):
         [
             sys.executable,
             "-m",
-            "pgpong.bench",
+            "pongtools.bench",
             "--batch-size",
             "2",
             "--workers",
@@ -196,8 +197,7 @@ def run_tiny(env, train_stdout=None):
             "--textbook-episodes",
             "1",
         ],
-        cwd=JOB_DIR,
-        env=env,
+        env=dict(env, PYTHONPATH=f"{JOB_DIR}{os.pathsep}{TOOLS_DIR}"),
         capture_output=True,
         text=True,
         timeout=600,
@@ -309,6 +309,19 @@ def test_every_make_error_in_the_docs_names_the_line_of_its_target():
         if line not in recipes.get(target, [])[1:]
     ]
     assert not stale, "re-run the command and paste its output:\n" + "\n".join(stale)
+
+
+def test_the_reference_shows_make_help_as_the_makefile_prints_it():
+    """docs/reference.md pastes `make help` rather than keeping a list of its own."""
+    printed = subprocess.run(
+        ["make", "help", "VENV=.venv"], cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=60
+    )
+    assert printed.returncode == 0, printed.stderr
+    _, blocks = prose_and_blocks((REPO / "docs" / "reference.md").read_text())
+    lines = [line for _, line in blocks]
+    start = lines.index("$ make help") + 1
+    pasted = lines[start : start + len(printed.stdout.strip("\n").splitlines())]
+    assert "\n".join(pasted) == re.sub(r"\x1b\[[0-9;]*m", "", printed.stdout).strip("\n"), "paste `make help` again"
 
 
 def test_no_code_or_doc_sends_readers_to_a_readme_section():

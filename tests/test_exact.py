@@ -4,7 +4,8 @@ worker count or the order in which actors, nodes and replays contributed."""
 import numpy as np
 import pytest
 from conftest import assert_same_run, read_metrics, train_locally
-from pgpong import checkpoint, policy, rollout
+from pgpong import policy, rollout
+from pgpong.run import Run
 
 
 def played(runner, params, episodes, update=1, seed=5):
@@ -67,7 +68,7 @@ def test_one_and_two_workers_give_bitwise_identical_checkpoints(tmp_path):
     assert len(set(read_metrics(one)[0]["episode_steps"])) > 1  # the episodes of an update differ from each other
     # the weights did move: three updates at lr 1e-3 are not a no-op
     start = policy.init_params(np.random.default_rng(11))
-    assert not np.array_equal(checkpoint.load(one / "ckpt-000003.npz").params["W2"], start["W2"])
+    assert not np.array_equal(Run(one).load("ckpt-000003.npz").params["W2"], start["W2"])
 
 
 def test_the_seed_decides_the_episodes():

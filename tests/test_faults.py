@@ -336,7 +336,7 @@ def test_a_full_disk_mid_run_ends_in_one_line_and_keeps_the_last_good_checkpoint
     full disk would): update 3's checkpoint (10 MB) cannot be written."""
     import resource
 
-    from pgpong import checkpoint
+    from pgpong.run import Run
 
     run_dir = tmp_path / "run"
     training = Training(
@@ -363,13 +363,13 @@ def test_a_full_disk_mid_run_ends_in_one_line_and_keeps_the_last_good_checkpoint
     )
     assert not [line for line in out.splitlines() if line.startswith("update=3 ")]
     assert sorted(os.listdir(run_dir)) == ["ckpt-000001.npz", "ckpt-000002.npz", "metrics.jsonl"]  # no temp file
-    assert checkpoint.load(checkpoint.checkpoints(str(run_dir))[0]).update == 2
+    assert Run(run_dir).load_latest({"env": "Pong-v0"}).update == 2
 
 
 @pytest.mark.slow
 def test_s3_credentials_revoked_mid_run_end_it_in_one_line_keeping_the_last_good_checkpoint(tmp_path, monkeypatch):
     import boto3
-    from pgpong import checkpoint
+    from pgpong.run import Run
 
     server, endpoint = moto_with_iam(tmp_path)
     training = None
@@ -404,13 +404,11 @@ def test_s3_credentials_revoked_mid_run_end_it_in_one_line_keeping_the_last_good
             code, err, "s3://runs/run", "InvalidAccessKeyId", "the last good checkpoint is of update 2"
         )
         assert not [line for line in out.splitlines() if line.startswith("update=3 ")]
-        checkpoint.store.cache_clear()
-        paths = checkpoint.checkpoints("s3://runs/run")
-        assert os.path.basename(paths[0]) == "ckpt-000002.npz", paths
-        assert checkpoint.load(paths[0]).update == 2
+        run = Run("s3://runs/run")  # with the admin's keys, which still work
+        assert run.checkpoints()[0] == "ckpt-000002.npz", run.checkpoints()
+        assert run.load(run.checkpoints()[0]).update == 2
     finally:
         if training:
             training.kill()
         server.kill()
         server.wait()
-        checkpoint.store.cache_clear()

@@ -6,7 +6,9 @@ import math
 
 import pytest
 from conftest import REPO
-from pgpong import compare, config, train, watch
+from pgpong import config, train
+from pgpong.run import Run
+from pongtools import compare
 
 with open(config.RATES_FILE) as f:
     TABLE = json.load(f)
@@ -16,7 +18,7 @@ RUNS = TABLE["runs"]
 @pytest.mark.parametrize("entry", RUNS, ids=lambda e: f"b{e['batch_size']}-lr{e['learning_rate']:g}")
 def test_every_figure_of_the_table_is_its_runs_committed_metrics(entry):
     """The table is what the runs measured: recomputed here from each run's metrics in docs/."""
-    records = watch.read_metrics(str(REPO / entry["run"]))
+    records = Run(REPO / entry["run"]).metrics()
     first = records[0]
     assert first["episodes"] == entry["batch_size"], "the run is not of this batch size"
     at = compare.at_episodes(records, TABLE["milestone_episodes"])

@@ -2,7 +2,6 @@
 measured here, the command's key=value lines, its inputs rebuilt from a run, and the
 trainer's progress and ETA on a real small run."""
 
-import importlib.util
 import json
 import os
 import pathlib
@@ -11,79 +10,84 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import JOB_DIR, REPO, fields, train_locally
-from pgpong import config, plan, train
+import yaml
+from conftest import JOB_DIR, REPO, TOOLS_DIR, clean_env, fields, run, train_locally
+from pgpong import config, train
+from pongtools.plan import calibration, inputs, model, report
 
-# What `python -m pgpong.plan calibrate` measured here: a batch-10 and a batch-300 run of the
+# What `python -m pongtools.plan calibrate` measured here: a batch-10 and a batch-300 run of the
 # trainer, and beside them, the whole time, a probe process playing episodes (its rate).
 CALIBRATION = pathlib.Path(__file__).with_name("plan_calibration.json")
 TOLERANCE = 0.15
+WIN_RUN = REPO / "job" / "tools" / "runs" / "win-b50-lr0.002"  # an exported run: metrics.jsonl.gz, one checkpoint
 
 
 # -- the dispatch simulation on cases with a known answer ----------------------------
 
 
 def test_equal_episodes_take_whole_waves():
-    assert max(plan.dispatch([1.0] * 6, 3)) == 2.0  # two waves of three
-    assert max(plan.dispatch([1.0] * 6, 4)) == 2.0  # four, then two: the update waits for the second wave
-    assert max(plan.dispatch([1.0] * 300, 198)) == 2.0
-    assert max(plan.dispatch([1.0] * 396, 198)) == 2.0
-    assert max(plan.dispatch([1.0] * 397, 198)) == 3.0
+    assert max(model.dispatch([1.0] * 6, 3)) == 2.0  # two waves of three
+    assert max(model.dispatch([1.0] * 6, 4)) == 2.0  # four, then two: the update waits for the second wave
+    assert max(model.dispatch([1.0] * 300, 198)) == 2.0
+    assert max(model.dispatch([1.0] * 396, 198)) == 2.0
+    assert max(model.dispatch([1.0] * 397, 198)) == 3.0
 
 
 def test_one_long_episode_sets_the_update_time():
     # handed out first, it runs alone on actor 0 while actor 1 plays the rest
-    assert plan.dispatch([5.0, 1.0, 1.0, 1.0, 1.0], 2) == [5.0, 4.0]
+    assert model.dispatch([5.0, 1.0, 1.0, 1.0, 1.0], 2) == [5.0, 4.0]
     # handed out last, it starts only when an actor frees up: the chain is 2 + 5
-    assert plan.dispatch([1.0, 1.0, 1.0, 1.0, 5.0], 2) == [7.0, 2.0]
+    assert model.dispatch([1.0, 1.0, 1.0, 1.0, 5.0], 2) == [7.0, 2.0]
 
 
 def test_more_actors_than_episodes_leave_actors_idle():
-    finish = plan.dispatch([2.0, 3.0, 1.0], 10)
+    finish = model.dispatch([2.0, 3.0, 1.0], 10)
     assert max(finish) == 3.0 and finish[:3] == [2.0, 3.0, 1.0] and finish[3:] == [0.0] * 7
 
 
 def test_whichever_actor_is_idle_takes_the_next_episode():
     # actor 1 frees up first (at 1), takes episode 2 (3 long) and ends at 4; actor 0 takes episode 3 at 2
-    assert plan.dispatch([2.0, 1.0, 3.0, 2.0], 2) == [4.0, 4.0]
+    assert model.dispatch([2.0, 1.0, 3.0, 2.0], 2) == [4.0, 4.0]
     rng = np.random.default_rng(1)
     durations = rng.exponential(1.0, 500)
-    finish = plan.dispatch(durations, 7)
+    finish = model.dispatch(durations, 7)
     assert sum(finish) == pytest.approx(durations.sum())  # every episode is played once
     assert max(finish) - min(finish) <= durations.max() + 1e-9  # greedy: no chain ends a whole episode late
 
 
 def test_update_seconds_adds_the_costs_around_the_longest_chain():
     costs = {"broadcast_s": 0.5, "reduce_per_node_s": 0.25, "fold_s": 0.0, "rmsprop_s": 0.125}
-    one = plan.update_seconds([1000] * 4, 1000.0, nodes=1, cpus=2, costs=costs)
+    one = model.update_seconds([1000] * 4, 1000.0, nodes=1, cpus=2, costs=costs)
     assert one["rollout_s"] == 2.0
     assert one["seconds"] == pytest.approx(2.0 + 0.5 + 0.25 + 0.125)
     # 300 equal episodes on 11 x 18 = 198 actors: two waves; more nodes add network bytes
-    big = plan.update_seconds([1000] * 300, 1000.0, nodes=11, cpus=18, costs=costs, network_gbps=10.0)
+    big = model.update_seconds([1000] * 300, 1000.0, nodes=11, cpus=18, costs=costs, network_gbps=10.0)
     link = 10e9 / 8
     assert big["rollout_s"] == 2.0
-    assert big["broadcast_s"] == pytest.approx(0.5 + 10 * plan.WEIGHT_BYTES / link)
-    assert big["reduce_s"] == pytest.approx(11 * 0.25 + 10 * plan.GRADIENT_BYTES / link)
+    assert big["broadcast_s"] == pytest.approx(0.5 + 10 * model.WEIGHT_BYTES / link)
+    assert big["reduce_s"] == pytest.approx(11 * 0.25 + 10 * model.GRADIENT_BYTES / link)
 
 
 # -- the model against update times measured here ------------------------------------
 
 
-def calibration():
+def the_calibration():
     with open(CALIBRATION) as f:
         return json.load(f)
 
 
 @pytest.mark.parametrize("batch_size", [10, 300])
 def test_model_predicts_measured_update_times_within_15_percent(batch_size):
-    cal = calibration()
+    cal = the_calibration()
     run = next(r for r in cal["runs"] if r["batch_size"] == batch_size)
-    costs = plan.cost_inputs(cal)
+    costs = inputs.cost_inputs(cal)
     predicted, measured = 0.0, 0.0
     for u in run["updates"]:
         start = u["time"] - u["seconds"]
-        rate = plan.probe_rate(cal["probe"], start, u["time"], cal["probe_processes"])  # a core's speed meanwhile
-        predicted += plan.update_seconds(u["episode_steps"], rate, run["nodes"], run["workers"], costs)["seconds"]
+        rate = calibration.probe_rate(
+            cal["probe"], start, u["time"], cal["probe_processes"]
+        )  # a core's speed meanwhile
+        predicted += model.update_seconds(u["episode_steps"], rate, run["nodes"], run["workers"], costs)["seconds"]
         measured += u["seconds"]
     ratio = predicted / measured
     print(
@@ -95,40 +99,40 @@ def test_model_predicts_measured_update_times_within_15_percent(batch_size):
 
 def test_probe_rate_counts_steps_within_the_window():
     episodes = [{"time": 10.0, "steps": 1000, "wall_s": 10.0}, {"time": 20.0, "steps": 3000, "wall_s": 10.0}]
-    assert plan.probe_rate(episodes, 0.0, 20.0) == 200.0
-    assert plan.probe_rate(episodes, 5.0, 15.0) == (500 + 1500) / 10
-    assert plan.probe_rate(episodes, 12.0, 14.0) == 300.0
-    assert plan.probe_rate(episodes, 0.0, 20.0, processes=2) == 100.0  # per process
+    assert calibration.probe_rate(episodes, 0.0, 20.0) == 200.0
+    assert calibration.probe_rate(episodes, 5.0, 15.0) == (500 + 1500) / 10
+    assert calibration.probe_rate(episodes, 12.0, 14.0) == 300.0
+    assert calibration.probe_rate(episodes, 0.0, 20.0, processes=2) == 100.0  # per process
 
 
 # -- the command -------------------------------------------------------------------------
 
 
 def run_plan(*args):
-    env = dict(os.environ, PYTHONPATH=f"{JOB_DIR}{os.pathsep}{REPO / 'infra'}")
+    env = dict(os.environ, PYTHONPATH=f"{JOB_DIR}{os.pathsep}{TOOLS_DIR}")
     return subprocess.run(
-        [sys.executable, "-m", "pgpong.plan", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "pongtools.plan", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
     )
 
 
 def test_plan_prints_each_answer_with_its_inputs():
-    spec = importlib.util.spec_from_file_location("preflight", REPO / "infra" / "preflight.py")
-    preflight = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(preflight)  # the one table of prices
-    proc = run_plan("--nodes", "11", "--cpus", "18", "--batch-size", "300", "--samples", "50")
+    with open(REPO / "infra" / "prices.yaml") as f:
+        prices = yaml.safe_load(f)  # the one file of prices, which preflight reads too
+    proc = run_plan("project", "--nodes", "11", "--cpus", "18", "--batch-size", "300", "--samples", "50")
     assert proc.returncode == 0, proc.stderr
     lines = {ln.split("=", 1)[0]: fields(ln) for ln in proc.stdout.splitlines() if "=" in ln.split()[0]}
     per_update = lines["seconds_per_update"]
     assert per_update["actors"] == "198" and per_update["batch_size"] == "300"
-    inputs = plan.load_inputs()
-    assert float(per_update["core_env_steps_per_s"]) == pytest.approx(inputs["core"]["env_steps_per_s"], rel=1e-3)
-    assert per_update["episode_lengths_source"] == inputs["learning"]["run"]
+    found = inputs.load_inputs()
+    assert float(per_update["core_env_steps_per_s"]) == pytest.approx(found["core"]["env_steps_per_s"], rel=1e-3)
+    assert per_update["episode_lengths_source"] == found["learning"]["run"]
     seconds = float(per_update["seconds_per_update"])
     assert float(lines["episodes_per_hour"]["episodes_per_hour"]) == pytest.approx(300 * 3600 / seconds, rel=1e-3)
-    usd = preflight.ON_DEMAND_USD_PER_HOUR[("c5.9xlarge", "us-west-2")]
+    usd = prices["usd_per_hour"]["us-west-2"]["c5.9xlarge"]
     dollars = lines["dollars_per_hour"]
     assert float(dollars["dollars_per_hour"]) == pytest.approx(11 * usd)
     assert dollars["instance_type"] == "c5.9xlarge" and dollars["region"] == "us-west-2"
+    assert dollars["price_source"] == prices["source"]
     win = lines["hours_to_win"]
     assert win["episodes_to_win_source"] and win["episodes_to_win_kind"] and win["learned_at_batch_size"]
     hours = float(win["hours_to_win"])
@@ -137,7 +141,7 @@ def test_plan_prints_each_answer_with_its_inputs():
     assert hours == pytest.approx(updates * seconds / 3600, rel=1e-3)
     assert float(lines["dollars_to_win"]["dollars_to_win"]) == pytest.approx(hours * 11 * usd, rel=1e-3)
     stages = [fields(ln) for ln in proc.stdout.splitlines() if ln.startswith("stage ")]
-    assert len(stages) == len(inputs["learning"]["stages"])
+    assert len(stages) == len(found["learning"]["stages"])
     # the mean update to a win: each update at the stage of learning of its first episode
     starts = [int(s["first_episode"]) for s in stages]
     at = [max(i for i, first in enumerate(starts) if first <= e) for e in range(0, int(win["episodes_to_win"]), 300)]
@@ -146,8 +150,8 @@ def test_plan_prints_each_answer_with_its_inputs():
 
 
 def test_more_actors_make_an_update_faster_until_the_batch_runs_out():
-    inputs = plan.load_inputs()
-    seconds = [plan.plan(inputs, nodes, 18, 300, samples=20)[0]["seconds_per_update"] for nodes in (1, 5, 11, 17)]
+    found = inputs.load_inputs()
+    seconds = [model.project(found, nodes, 18, 300, samples=20)[0]["seconds_per_update"] for nodes in (1, 5, 11, 17)]
     assert seconds[0] > seconds[1] > seconds[2]
     # 17 x 18 = 306 actors: every episode starts at once, which 11 nodes cannot do
     assert seconds[3] < seconds[2]
@@ -156,16 +160,74 @@ def test_more_actors_make_an_update_faster_until_the_batch_runs_out():
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--nodes", "0"], "--nodes, --cpus, --batch-size and --samples must be whole numbers >= 1"),
-        (["--nodes", "abc"], "argument --nodes: invalid int value: 'abc'"),
-        (["--inputs", "/nonexistent/plan_inputs.json"], "no plan inputs at /nonexistent/plan_inputs.json"),
-        (["--cluster", "/nonexistent.yaml"], "cannot read the head's InstanceType and provider.region"),
+        (["project", "--nodes", "0"], "argument --nodes: must be a whole number >= 1, not '0'"),
+        (["project", "--samples", "abc"], "argument --samples: must be a whole number >= 1, not 'abc'"),
+        (["project", "--inputs", "/nonexistent/plan_inputs.json"], "no plan inputs at /nonexistent/plan_inputs.json"),
+        (["project", "--cluster", "/nonexistent.yaml"], "cannot read the head's InstanceType and provider.region"),
+        (["project", "--prices", "/nonexistent.yaml"], "cannot read the prices in /nonexistent.yaml"),
+        ([], "python -m pongtools.plan: error: the following arguments are required"),
+        (["nodes"], "argument {project,inputs,calibrate,probe}: invalid choice: 'nodes'"),
+        (["inputs"], "pass --run <run dir>, --calibration <file>, or both"),
+        (["inputs", "--run", "/nonexistent/run"], "/nonexistent/run has no metrics.jsonl"),
+        (["calibrate", "--out", "x.json"], "python -m pongtools.plan calibrate: error: the following arguments"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message):
     proc = run_plan(*args)
     assert proc.returncode == 2 and message in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and proc.stdout == ""
+
+
+def test_the_report_prints_the_projection_and_the_price_it_is_given():
+    """The printer alone, on a projection made up here: it computes only dollars from hours and prices."""
+    found = inputs.load_inputs()
+    stage = found["learning"]["stages"][0] | {
+        "len_mean": 1500.0,
+        "update": {"seconds": 10.0, "rollout_s": 9.0, "broadcast_s": 0.5, "reduce_s": 0.4, "rmsprop_s": 0.1},
+    }
+    result = {
+        "nodes": 4,
+        "cpus": 8,
+        "actors": 32,
+        "batch_size": found["learning"]["batch_size"],
+        "samples": 1,
+        "network_gbps": 5.0,
+        "core_rate": 2000.0,
+        "core_rate_source": "--core-rate",
+        "seconds_per_update": 10.0,
+        "seconds_per_update_first_stage": 10.0,
+        "seconds_per_update_last_stage": 10.0,
+        "episodes_per_hour": 18000.0,
+        "updates_to_win": 360,
+        "hours_to_win": 1.0,
+        "updates_to_win_same_updates": 360,
+        "hours_to_win_same_updates": 1.0,
+    }
+    lines = []
+    report.report(found, "the-inputs.json", result, [stage], report.given_price(2.5), out=lines.append)
+    by_kind = {line.split("=", 1)[0].split()[0]: fields(line) for line in lines}
+    assert by_kind["plan"]["inputs"] == "the-inputs.json" and by_kind["plan"]["actors"] == "32"
+    assert by_kind["stage"]["seconds_per_update"] == "10"
+    assert (by_kind["dollars_per_hour"]["dollars_per_hour"], by_kind["dollars_per_hour"]["price_source"]) == (
+        "10",
+        "--usd-per-node-hour",
+    )
+    assert by_kind["dollars_to_win"]["dollars_to_win"] == "10" and by_kind["hours_to_win"]["updates_to_win"] == "360"
+    lines.clear()
+    report.report(found, "x", result | {"hours_to_win": None}, [stage], report.given_price(2.5), out=lines.append)
+    assert [fields(line)["dollars_to_win"] for line in lines if line.startswith("dollars_to_win=")] == ["unknown"]
+
+
+def test_make_plan_inputs_reads_a_committed_exported_run(tmp_path):
+    """The winning run as the tree keeps it (metrics.jsonl.gz and one checkpoint), into a copy of the inputs."""
+    copy = tmp_path / "plan_inputs.json"
+    copy.write_text(pathlib.Path(inputs.INPUTS).read_text())
+    made = run(["make", "plan-inputs", f"RUN={WIN_RUN}", f"ARGS=--inputs {copy}"], clean_env(), timeout=120)
+    assert made.returncode == 0, made.stdout + made.stderr
+    [line] = [fields(ln) for ln in made.stdout.splitlines() if ln.startswith("inputs ")]
+    assert line["run"] == str(WIN_RUN) and line["episodes_to_win_kind"] == "measured"
+    learned = json.loads(copy.read_text())["learning"]
+    assert (learned["batch_size"], learned["updates"], learned["episodes"]) == (50, 370, 18500)
 
 
 # -- the inputs, rebuilt from a run's metrics ---------------------------------------------
@@ -193,7 +255,7 @@ def write_metrics(run_dir, rewards, batch=10, length=lambda i: 1000 + i):
 def test_inputs_from_a_run_that_won(tmp_path):
     rewards = [-20 + 0.5 * u for u in range(1, 61)]  # reaches 0 at update 40 = 400 episodes
     write_metrics(tmp_path / "run", rewards)
-    learned = plan.learning_inputs(str(tmp_path / "run"), stage_episodes=200)
+    learned = inputs.learning_inputs(str(tmp_path / "run"), stage_episodes=200)
     assert learned["episodes_to_win"] == 400 and learned["episodes_to_win_kind"] == "measured"
     assert [s["first_episode"] for s in learned["stages"]] == [0, 200, 400]
     assert learned["stages"][0]["len_quantiles"][0] == 1010 and learned["stages"][0]["len_quantiles"][-1] == 1209
@@ -204,7 +266,7 @@ def test_inputs_from_a_run_not_yet_won_extrapolate_and_say_so(tmp_path):
     # 0.02 an episode for 250 episodes, then 0.01: the last half's line reaches 0 at 250 + 15 / 0.01
     rewards = [-20 + 0.2 * u if u <= 25 else -15 + 0.1 * (u - 25) for u in range(1, 51)]
     write_metrics(tmp_path / "run", rewards)
-    learned = plan.learning_inputs(str(tmp_path / "run"))
+    learned = inputs.learning_inputs(str(tmp_path / "run"))
     assert learned["episodes_to_win_kind"] == "extrapolated_linear_run_last_half"
     assert learned["episodes_to_win"] == pytest.approx(1750, abs=1)
     # a reference run that went further sets the slope and the later stages' lengths
@@ -218,14 +280,14 @@ def test_inputs_from_a_run_not_yet_won_extrapolate_and_say_so(tmp_path):
             {"episodes": 1500, "running_reward": -8.0, "len_mean": 4000.0},
         ],
     }
-    learned = plan.learning_inputs(str(tmp_path / "run"), reference)
+    learned = inputs.learning_inputs(str(tmp_path / "run"), reference)
     assert learned["episodes_to_win_source"] == "ref"
     assert learned["episodes_to_win"] == pytest.approx(1500 + 8 / (2 / 500), abs=1)
     later = learned["stages"][-2:]
     assert [s["first_episode"] for s in later] == [500, 1000]
-    assert [plan.quantile_mean(s["len_quantiles"]) for s in later] == pytest.approx([3000.0, 4000.0], rel=1e-3)
+    assert [model.quantile_mean(s["len_quantiles"]) for s in later] == pytest.approx([3000.0, 4000.0], rel=1e-3)
     # a reference at another batch size says nothing about this run
-    other = plan.learning_inputs(str(tmp_path / "run"), reference | {"batch_size": 300})
+    other = inputs.learning_inputs(str(tmp_path / "run"), reference | {"batch_size": 300})
     assert other["episodes_to_win_kind"] == "extrapolated_linear_run_last_half" and len(other["stages"]) == 1
 
 
@@ -234,7 +296,7 @@ def test_inputs_from_a_run_not_yet_won_extrapolate_and_say_so(tmp_path):
 
 def test_no_progress_fields_without_a_set_number_of_updates():
     cfg = config.Config(updates=0, run_dir="unused")
-    assert train.Trainer(cfg, state=None).progress(0, 0.0) == {}
+    assert train.Trainer(cfg, state=None, run=None).progress(0, 0.0) == {}
 
 
 @pytest.mark.slow

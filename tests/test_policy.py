@@ -2,8 +2,9 @@
 
 import numpy as np
 import pytest
-from pgpong import policy, textbook
+from pgpong import policy
 from pong_helpers import sparse_replay
+from pongtools import textbook
 
 
 def blank_screen():
@@ -112,7 +113,7 @@ def test_the_corrected_start_is_adams_second_moment_correction():
 def recorded_episode():
     """One real Pong-v0 episode played by the dense textbook policy, screens kept."""
     params = policy.init_params(np.random.default_rng(3))
-    learner = textbook.TextbookLearner("Pong-v0")
+    learner = textbook.TextbookRunner("Pong-v0")
     learner.set_weights(params)
     result, grad, screens, ups, rewards = learner.play(7, 1, 0, record=True)
     assert result.steps == len(screens) > 500 and any(r != 0 for r in rewards)

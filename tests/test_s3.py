@@ -4,7 +4,7 @@ import json
 
 import pytest
 from conftest import TESTING_KEY, moto_server, train_locally, use_aws
-from pgpong import checkpoint, watch
+from pgpong.run import SEGMENT_UPDATES, Run
 from pgpong.store import StoreError
 from test_checkpoint import make_state
 
@@ -27,7 +27,6 @@ def s3(s3_endpoint, monkeypatch):
             client.delete_object(Bucket=bucket["Name"], Key=obj["Key"])
         client.delete_bucket(Bucket=bucket["Name"])
     client.create_bucket(Bucket="runs")
-    checkpoint.store.cache_clear()
     return client
 
 
@@ -36,29 +35,29 @@ def keys(client, prefix):
 
 
 def test_checkpoints_on_s3_round_trip_prune_and_fall_back(s3):
-    run = "s3://runs/exp/a"
-    checkpoint.prepare_run_dir(run)
+    run = Run("s3://runs/exp/a")
+    run.prepare()
     for u in range(1, 6):
-        checkpoint.save(run, make_state(u, seed=u))
+        run.save(make_state(u, seed=u))
     assert keys(s3, "exp/a/") == ["exp/a/ckpt-000003.npz", "exp/a/ckpt-000004.npz", "exp/a/ckpt-000005.npz"]
-    state = checkpoint.load_latest(run, {"env": "Pong-v0"})
+    state = run.load_latest({"env": "Pong-v0"})
     assert state.update == 5 and (state.params["W1"] == make_state(5, seed=5).params["W1"]).all()
 
     body = s3.get_object(Bucket="runs", Key="exp/a/ckpt-000005.npz")["Body"].read()
     s3.put_object(Bucket="runs", Key="exp/a/ckpt-000005.npz", Body=body[: len(body) // 3])
     warnings = []
-    assert checkpoint.load_latest(run, {"env": "Pong-v0"}, warn=warnings.append).update == 4
+    assert run.load_latest({"env": "Pong-v0"}, warn=warnings.append).update == 4
     assert "s3://runs/exp/a/ckpt-000005.npz" in warnings[0] and "using ckpt-000004.npz" in warnings[0]
 
 
 def test_metrics_append_and_trim_on_s3(s3):
-    run = "s3://runs/m"
+    run = Run("s3://runs/m")
     for u in (1, 2, 3):
-        checkpoint.append_metrics(run, {"update": u})
-    checkpoint.trim_metrics(run, 2)
-    checkpoint.store.cache_clear()  # a new process reads what is really there
-    checkpoint.append_metrics(run, {"update": 3})
-    assert [r["update"] for r in watch.read_metrics(run)] == [1, 2, 3]
+        run.append_metrics({"update": u})
+    run.trim_metrics(2)
+    run = Run("s3://runs/m")  # as a new process: it reads what is really there
+    run.append_metrics({"update": 3})
+    assert [r["update"] for r in run.metrics()] == [1, 2, 3]
 
 
 def test_s3_metrics_cost_the_same_per_update_however_long_the_run(s3):
@@ -66,10 +65,10 @@ def test_s3_metrics_cost_the_same_per_update_however_long_the_run(s3):
 
     Records as large as batch 300's (the episodes' rewards and steps); 5 segments' worth.
     """
-    run, per, updates = "s3://runs/long", checkpoint.SEGMENT_UPDATES, 5 * checkpoint.SEGMENT_UPDATES
-    checkpoint.prepare_run_dir(run)
+    run, per, updates = Run("s3://runs/long"), SEGMENT_UPDATES, 5 * SEGMENT_UPDATES
+    run.prepare()
     puts = []  # (key, bytes) of every PutObject this client sends, seen through boto3's own event hook
-    checkpoint.store(run).s3.meta.events.register(
+    run.store.s3.meta.events.register(
         "provide-client-params.s3.PutObject", lambda params, **_: puts.append((params["Key"], len(params["Body"])))
     )
 
@@ -78,41 +77,42 @@ def test_s3_metrics_cost_the_same_per_update_however_long_the_run(s3):
 
     line_bytes = len(json.dumps(record(updates)) + "\n")  # the longest line
     for u in range(1, updates + 1):
-        checkpoint.append_metrics(run, record(u))
+        run.append_metrics(record(u))
     sizes = [n for key, n in puts if "metrics" in key]
     assert len(sizes) == updates  # one PUT per update
     assert max(sizes) <= per * line_bytes  # never more than one segment, however many updates came before
     assert max(sizes[-per:]) <= max(sizes[:per]) + per * 2  # the last segment's writes cost what the first one's did
     assert keys(s3, "long/metrics") == [f"long/metrics-{1 + i * per:06d}.jsonl" for i in range(5)]
-    assert [r["update"] for r in watch.read_metrics(run)] == list(range(1, updates + 1))
+    assert [r["update"] for r in run.metrics()] == list(range(1, updates + 1))
 
     # resume from a checkpoint in the third segment: later lines go, later segments too
     last = 2 * per + 7
-    checkpoint.store.cache_clear()
-    checkpoint.trim_metrics(run, last)
+    run = Run("s3://runs/long")  # the resumed run opens it anew
+    run.trim_metrics(last)
     assert keys(s3, "long/metrics") == [f"long/metrics-{1 + i * per:06d}.jsonl" for i in range(3)]
-    checkpoint.append_metrics(run, record(last + 1))
-    assert [r["update"] for r in watch.read_metrics(run)] == list(range(1, last + 2))
+    run.append_metrics(record(last + 1))
+    assert [r["update"] for r in run.metrics()] == list(range(1, last + 2))
 
 
 def test_an_s3_run_from_before_segments_reads_on(s3):
     s3.put_object(Bucket="runs", Key="old/metrics.jsonl", Body=b'{"update": 1}\n{"update": 2}\n')
-    checkpoint.append_metrics("s3://runs/old", {"update": 3})
-    assert [r["update"] for r in watch.read_metrics("s3://runs/old")] == [1, 2, 3]
-    checkpoint.trim_metrics("s3://runs/old", 1)
-    assert [r["update"] for r in watch.read_metrics("s3://runs/old")] == [1]
+    old = Run("s3://runs/old")
+    old.append_metrics({"update": 3})
+    assert [r["update"] for r in old.metrics()] == [1, 2, 3]
+    old.trim_metrics(1)
+    assert [r["update"] for r in old.metrics()] == [1]
 
 
 def test_a_missing_bucket_is_one_clear_line(s3):
     with pytest.raises(StoreError, match="S3 bucket 'nope' does not exist"):
-        checkpoint.prepare_run_dir("s3://nope/x")
+        Run("s3://nope/x").prepare()
 
 
 def test_no_credentials_is_one_clear_line(s3, monkeypatch):
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
     with pytest.raises(StoreError, match="no AWS credentials to reach s3://runs/x"):
-        checkpoint.prepare_run_dir("s3://runs/x")
+        Run("s3://runs/x").prepare()
 
 
 def train(*args):
@@ -139,7 +139,7 @@ def test_the_trainer_checkpoints_to_s3_and_resumes_from_it(s3):
         "exp/b/ckpt-000003.npz",
         "exp/b/metrics-000001.jsonl",
     ]
-    assert [r["update"] for r in watch.read_metrics("s3://runs/exp/b")] == [1, 2, 3]
+    assert [r["update"] for r in Run("s3://runs/exp/b").metrics()] == [1, 2, 3]
 
 
 def test_a_bucket_that_denies_access_is_one_clear_line(tmp_path, monkeypatch):

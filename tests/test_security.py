@@ -1,13 +1,16 @@
 """What could leak: the files a submission uploads. (401 without the token: test_submit.py;
-no Ray port open to the world: test_cluster_yaml.py; the token absent from job logs: test_e2e.py.)"""
+no Ray port open to the world: test_cluster_yaml.py; the token absent from job logs: test_e2e.py.)
+And what a submission uploads at all: the trainer's package, nothing of the tools."""
 
+import ast
+import re
 import shutil
 import sys
 import time
 import zipfile
 
 import pytest
-from conftest import REPO, run, stop_job
+from conftest import JOB_DIR, REPO, run, stop_job
 
 SECRETS = [
     ".env",
@@ -42,6 +45,42 @@ def test_the_uploaded_working_dir_leaves_out_anything_that_could_hold_a_secret(t
         names = {n.rstrip("/") for n in z.namelist()}
     assert "pkg/train.py" in names
     assert not [s for s in secrets if s in names], names
+
+
+def trainer_files(package="pgpong", entry="train"):
+    """The files of `package` that `python -m <package>.<entry>` can reach: the modules it imports, at
+    the top or inside a function, theirs in turn, and the data files they name (learning_rates.json)."""
+    folder = JOB_DIR / package
+    seen, todo, files = set(), [entry, "__init__"], set()
+    while todo:
+        module = todo.pop()
+        if module in seen or not (folder / f"{module}.py").exists():
+            continue
+        seen.add(module)
+        files.add(f"{package}/{module}.py")
+        for node in ast.walk(ast.parse((folder / f"{module}.py").read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level == 1 or node.module == package):
+                todo += [node.module] if node.level == 1 and node.module else [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(package + "."):
+                todo.append(node.module.split(".", 1)[1])
+            elif isinstance(node, ast.Constant) and re.fullmatch(r"[\w-]+\.[a-z]+", f"{node.value}"):
+                if (folder / node.value).is_file():
+                    files.add(f"{package}/{node.value}")
+    return files
+
+
+def test_the_job_folder_packages_the_trainer_and_nothing_else(tmp_path):
+    """What `ray job submit --working-dir job/pong` uploads, packaged by Ray's own code (which reads the
+    job's .rayignore): runtime_env.yaml and the files the trainer reaches. A tool's module or data in
+    job/pong, which the trainer never imports, fails this."""
+    from ray._private.runtime_env.packaging import create_package
+
+    target = tmp_path / "package.zip"
+    create_package(str(JOB_DIR), target, include_gitignore=True)
+    with zipfile.ZipFile(target) as z:
+        names = {n for n in z.namelist() if not n.endswith("/")} - {".rayignore"}
+    assert "pgpong/train.py" in names and "pgpong/learning_rates.json" in names
+    assert names == {"runtime_env.yaml", *trainer_files()}, sorted(names ^ {"runtime_env.yaml", *trainer_files()})
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from conftest import JOB_DIR, assert_same_run, read_metrics, train_locally, trainer_env
 from pgpong import config, train
+from pgpong.run import Run
 
 
 def lines(out, prefix):
@@ -113,8 +114,9 @@ def test_two_updates_on_pong_then_resume_continues_where_it_stopped(tmp_path, un
 def test_gradients_reach_the_driver_once_per_node(local_ray, tmp_path):
     """Two actors on one node: the driver adds one gradient per update, not two and not one per episode."""
     cfg = config.Config(batch_size=6, updates=2, workers="2", seed=1, run_dir=str(tmp_path / "run"))
-    state, _ = train.initial_state(cfg)
-    trainer = train.Trainer(cfg, state, out=lambda line: None)
+    run = Run(cfg.run_dir)
+    state, _ = train.initial_state(cfg, run)
+    trainer = train.Trainer(cfg, state, run, out=lambda line: None)
     trainer.start_pool()
     try:
         records = trainer.run()

@@ -7,9 +7,10 @@ import urllib.request
 import uuid
 
 import pytest
-from conftest import JOB_DIR, REPO, clean_env, fields, run
-from pgpong import play, plot, watch
+from conftest import REPO, clean_env, fields, run, tools_env
+from pgpong import watch
 from PIL import Image
+from pongtools import play, plot
 from test_s3 import s3, s3_endpoint  # noqa: F401  (moto's S3 on loopback: a run dir on S3)
 
 METRICS_TIMEOUT_S = 60  # Ray's metrics agent exports what the driver recorded every ~10 s
@@ -148,7 +149,7 @@ def test_make_plot_draws_the_run_and_skips_a_half_written_line(run_copy):
     made = make("plot", f"RUN={run_copy}")
     assert made.returncode == 0, made.stdout + made.stderr
     assert fields(only(made.stdout, "plot ")[0])["last_update"] == "2"
-    plotted = run(["python", "-m", "pgpong.plot", str(run_copy), "--out", str(out)], clean_env(), cwd=JOB_DIR)
+    plotted = run(["python", "-m", "pongtools.plot", str(run_copy), "--out", str(out)], tools_env())
     assert plotted.returncode == 0 and out.stat().st_size > 0, plotted.stderr
 
 
@@ -215,14 +216,14 @@ def test_plot_and_play_read_a_run_dir_on_s3(tiny_run, s3, tmp_path, capsys):  # 
 @pytest.mark.parametrize(
     "command, message",
     [
-        (["pgpong.plot", "/nonexistent/run"], "error: run dir /nonexistent/run does not exist"),
-        (["pgpong.play", "/nonexistent/ckpt-000001.npz"], "error: no checkpoint at /nonexistent/ckpt-000001.npz"),
-        (["pgpong.play", str(REPO / "tests")], "holds no checkpoint (ckpt-NNNNNN.npz) yet"),
-        (["pgpong.play", "x.npz", "--games", "0"], "argument --games: must be a whole number >= 1, not '0'"),
-        (["pgpong.play", "x.npz", "--policy", "best"], "argument --policy: invalid choice: 'best'"),
+        (["pongtools.plot", "/nonexistent/run"], "error: run dir /nonexistent/run does not exist"),
+        (["pongtools.play", "/nonexistent/ckpt-000001.npz"], "error: no checkpoint at /nonexistent/ckpt-000001.npz"),
+        (["pongtools.play", str(REPO / "tests")], "holds no checkpoint (ckpt-NNNNNN.npz) yet"),
+        (["pongtools.play", "x.npz", "--games", "0"], "argument --games: must be a whole number >= 1, not '0'"),
+        (["pongtools.play", "x.npz", "--policy", "best"], "argument --policy: invalid choice: 'best'"),
     ],
 )
 def test_a_wrong_path_is_one_line_and_exit_2(command, message):
-    proc = run(["python", "-m", *command], clean_env(), cwd=JOB_DIR, timeout=60)
+    proc = run(["python", "-m", *command], tools_env(), timeout=60)
     assert proc.returncode == 2 and message in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and proc.stdout == "", proc.stderr

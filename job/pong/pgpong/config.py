@@ -7,8 +7,9 @@ import functools
 import json
 import math
 import os
-import sys
 import time
+
+from . import cli
 
 DEFAULT_RUNS = "~/pong-runs"
 KARPATHY_LEARNING_RATE = 1e-4  # pg-pong's own step size: the reference, one flag away
@@ -61,31 +62,10 @@ class Config:
             object.__setattr__(self, "learning_rate_rule", "auto")
 
 
-def _positive_int(text):
-    value = int(text)
-    if value < 1:
-        raise ValueError
-    return value
-
-
-def _non_negative_int(text):
-    value = int(text)
-    if value < 0:
-        raise ValueError
-    return value
-
-
 def _workers(text):
     if text != "auto":
-        _positive_int(text)
+        cli.whole(text, 1)
     return text
-
-
-def _positive_float(text):
-    value = float(text)
-    if not value > 0 or value == float("inf"):
-        raise ValueError
-    return value
 
 
 def _decay(text):
@@ -102,7 +82,7 @@ def _start(text):
 
 
 def _learning_rate(text):
-    return text if text == "auto" else _positive_float(text)
+    return text if text == "auto" else cli.positive(text)
 
 
 @functools.cache
@@ -131,43 +111,26 @@ def auto_learning_rate(batch_size):
 
 
 _TYPES = {
-    "batch_size": (_positive_int, "a whole number >= 1"),
-    "updates": (_non_negative_int, "a whole number >= 0"),
-    "workers": (_workers, "'auto' or a whole number >= 1"),
-    "seed": (_non_negative_int, "a whole number >= 0"),
-    "learning_rate": (_learning_rate, "'auto' or a number > 0"),
-    "checkpoint_every": (_positive_int, "a whole number >= 1"),
-    "rmsprop_start": (_start, "'corrected' or 'zero'"),
-    "rmsprop_decay": (_decay, "a number between 0 and 1, e.g. 0.99"),
+    "batch_size": cli.at_least(1),
+    "updates": cli.at_least(0),
+    "workers": cli.checked(_workers, "'auto' or a whole number >= 1"),
+    "seed": cli.at_least(0),
+    "learning_rate": cli.checked(_learning_rate, "'auto' or a number > 0"),
+    "checkpoint_every": cli.at_least(1),
+    "rmsprop_start": cli.checked(_start, "'corrected' or 'zero'"),
+    "rmsprop_decay": cli.checked(_decay, "a number between 0 and 1, e.g. 0.99"),
 }
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
-        sys.exit(2)
-
-
-def _checked(convert, wanted):
-    def parse(text):
-        try:
-            return convert(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {wanted}, not {text!r}") from None
-
-    return parse
 
 
 def parser(prog="python -m pgpong.train", defaults=True):
     """The trainer's flags; with defaults=False, a flag not given is left out of the result."""
-    p = _Parser(prog=prog, description="Train Pong with Karpathy's policy gradient on Ray actors.")
+    p = cli.Parser(prog=prog, description="Train Pong with Karpathy's policy gradient on Ray actors.")
     for f in dataclasses.fields(Config):
         if not f.metadata.get("cli", True):
             continue
-        convert, wanted = _TYPES.get(f.name, (str, "text"))
         p.add_argument(
             "--" + f.name.replace("_", "-"),
-            type=_checked(convert, wanted),
+            type=_TYPES.get(f.name, str),
             default=f.default if defaults else argparse.SUPPRESS,
             help=f.metadata["help"] + (f" (default: {f.default})" if f.default != "" else ""),
         )

@@ -28,12 +28,6 @@ def join(run_dir, name):
     return run_dir.rstrip("/") + "/" + name
 
 
-def split(url):
-    """'s3://b/p/ckpt-1.npz' or '/d/ckpt-1.npz' -> (run dir, file name)."""
-    head, _, name = url.rstrip("/").rpartition("/")
-    return head, name
-
-
 class LocalStore:
     appends = True  # append() adds to the end of the file in place
 
@@ -96,7 +90,7 @@ class LocalStore:
 class S3Store:
     """An S3 prefix. S3 has no append: the file appended to last is kept here and PUT whole.
 
-    So callers append to small files (checkpoint.py writes metrics in segments).
+    So callers append to small files (run.py writes metrics in segments).
     """
 
     appends = False

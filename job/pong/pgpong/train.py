@@ -16,7 +16,6 @@ driver adds one gradient per node and takes an RMSProp step.
 
 import dataclasses
 import json
-import os
 import signal
 import sys
 import time
@@ -24,7 +23,9 @@ import time
 import numpy as np
 
 from . import checkpoint, config, policy, rollout, watch
+from .cli import fail
 from .logline import kv, peak_rss_mb
+from .run import Run
 from .store import StoreError
 
 
@@ -44,15 +45,11 @@ def check_stop():
         raise Stopped(_signals[0])
 
 
-def fail(message):
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
 class Trainer:
-    def __init__(self, cfg, state, out=print):
+    def __init__(self, cfg, state, run, out=print):
         self.cfg = cfg
         self.state = state
+        self.run_dir = run  # the Run: its store, checkpoints and metrics
         self.out = out
         self.records = []
 
@@ -122,8 +119,12 @@ class Trainer:
     # -- watching it live: Ray's metrics and the log's trend line --------------
 
     def start_watch(self):
-        self.live = watch.LiveMetrics(self.cfg.run_dir)
-        self.trend = watch.running_rewards_so_far(self.cfg.run_dir)  # a resumed run's history too
+        self.live = watch.LiveMetrics(self.run_dir)
+        try:
+            history = self.run_dir.metrics()  # a resumed run's history too
+        except (OSError, StoreError):
+            history = []
+        self.trend = [r["running_reward"] for r in history if r.get("running_reward") is not None]
         self.trend_at = None
 
     def report(self, rec):
@@ -141,7 +142,7 @@ class Trainer:
 
     def save(self):
         t = time.perf_counter()
-        path = checkpoint.save(self.cfg.run_dir, self.state)
+        path = self.run_dir.save(self.state)
         self.saved = self.state.update
         return path, time.perf_counter() - t
 
@@ -168,8 +169,7 @@ class Trainer:
                 rec = self.step()
                 # metrics first, checkpoint second: a crash between the two leaves a metrics
                 # line past the checkpoint, which a resume trims and runs again; never a gap
-                checkpoint.append_metrics(
-                    cfg.run_dir,
+                self.run_dir.append_metrics(
                     rec
                     | {
                         "time": time.time(),
@@ -191,7 +191,7 @@ class Trainer:
         if s.update > 0 and self.saved != s.update:
             self.save()
         self.print_trend()
-        latest = checkpoint.checkpoints(cfg.run_dir)
+        latest = self.run_dir.checkpoints()
         seconds = time.perf_counter() - started
         steps = sum(r["env_steps"] for r in self.records)
         line = kv(
@@ -206,7 +206,7 @@ class Trainer:
             total_episodes=s.episodes,
             nodes=len(self.pool.episodes_by_node),
             episodes_by_node=",".join(f"{n[:8]}:{c}" for n, c in sorted(self.pool.episodes_by_node.items())),
-            checkpoint=latest[0] if latest else "none",
+            checkpoint=self.run_dir.file(latest[0]) if latest else "none",
             driver_peak_rss_mb=peak_rss_mb(),
             actor_peak_rss_mb=self.pool.peak_rss_mb(),
         )
@@ -214,22 +214,22 @@ class Trainer:
         return self.records
 
 
-def initial_state(cfg, given=frozenset()):
-    """Resume from the run directory's latest checkpoint, or start fresh. given: the config
-    fields named on the command line (config.given_flags)."""
+def initial_state(cfg, run, given=frozenset()):
+    """Resume from the run's latest checkpoint, or start fresh. given: the config fields named
+    on the command line (config.given_flags)."""
     try:
-        checkpoint.prepare_run_dir(cfg.run_dir)
+        run.prepare()
     except StoreError as e:
         fail(str(e))
     as_dict = dataclasses.asdict(cfg)
     try:
-        state = checkpoint.load_latest(cfg.run_dir, as_dict, warn=lambda m: print(f"WARNING: {m}", flush=True))
+        state = run.load_latest(as_dict, warn=lambda m: print(f"WARNING: {m}", flush=True))
     except checkpoint.CheckpointError as e:
         fail(str(e))
     if state is None:
         params = policy.init_params(np.random.default_rng(cfg.seed))
         return checkpoint.State(params=params, cache=policy.zeros_like_params(params), config=as_dict), False
-    checkpoint.trim_metrics(cfg.run_dir, state.update)
+    run.trim_metrics(state.update)
     cfg = keep_optimizer(cfg, state.config, given)
     state.config = dataclasses.asdict(keep_learning_rate(cfg, state.config))
     return state, True
@@ -267,13 +267,16 @@ def keep_learning_rate(cfg, made_with):
 
 def main(argv=None):
     cfg = config.parse_args(argv)
-    if not cfg.run_dir.startswith("s3://"):
-        cfg = dataclasses.replace(cfg, run_dir=os.path.abspath(os.path.expanduser(cfg.run_dir)))
+    try:
+        run = Run(cfg.run_dir)  # opened once: the trainer's store, checkpoints and metrics
+    except StoreError as e:
+        fail(str(e))
+    cfg = dataclasses.replace(cfg, run_dir=run.path)
     try:
         rollout.check_env_id(cfg.env)
     except rollout.EnvError as e:
         fail(str(e))
-    state, resumed = initial_state(cfg, config.given_flags(argv))
+    state, resumed = initial_state(cfg, run, config.given_flags(argv))
     cfg = config.Config(**state.config)  # a resumed run may keep its own learning rate
 
     import ray
@@ -281,7 +284,7 @@ def main(argv=None):
     ray.init(logging_level="warning", log_to_driver=True)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    trainer = Trainer(cfg, state)
+    trainer = Trainer(cfg, state, run)
     cpus, info = trainer.start_pool()
     nodes = {d["node"] for d in info}
     blas_threads = max(d["blas_threads"] for d in info)

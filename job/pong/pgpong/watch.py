@@ -11,16 +11,11 @@ Metrics view (Grafana) can chart them while the job runs. Ray is imported only i
 LiveMetrics, so the rest is plain functions a test can call.
 """
 
-import gzip
-import json
-
-from . import checkpoint
-from .store import StoreError
+from .logline import kv, value
 
 TREND_EVERY = 10  # updates between two trend lines in the job's log
 TREND_WIDTH = 40  # characters of a sparkline, whatever the number of updates
 LEVELS = "_.-~^"  # ASCII characters from the lowest value to the highest
-SHIPPED_METRICS = "metrics.jsonl.gz"  # an exported agent's metrics (make ship)
 
 
 def resample(values, width):
@@ -49,47 +44,15 @@ def sparkline(values, width=TREND_WIDTH):
 
 def trend_line(update, running_rewards, width=TREND_WIDTH):
     """The log's trend line: first..last running reward, the scale, and the sparkline."""
-
-    def num(v):
-        return f"{v:.4g}"
-
-    first, last = running_rewards[0], running_rewards[-1]
-    return (
-        f"trend update={update} running_reward={num(first)}..{num(last)} "
-        f"low={num(min(running_rewards))} high={num(max(running_rewards))} "
-        f"spark={sparkline(running_rewards, width)}"
+    first, last = (value(float(v)) for v in (running_rewards[0], running_rewards[-1]))
+    return kv(
+        "trend",
+        update=update,
+        running_reward=f"{first}..{last}",
+        low=float(min(running_rewards)),
+        high=float(max(running_rewards)),
+        spark=sparkline(running_rewards, width),
     )
-
-
-def read_metrics(run_dir):
-    """The records of the run's metrics.jsonl, in order; lines that do not parse are skipped.
-
-    A run in progress may be writing its last line right now: that line is skipped
-    until it is whole. Raises OSError if there is no metrics.jsonl, StoreError if the
-    run dir cannot be reached (S3 credentials, a missing bucket).
-    """
-    store = checkpoint.store(run_dir)
-    if SHIPPED_METRICS in store.names() and not checkpoint.metrics_files(run_dir):  # an exported agent
-        text = gzip.decompress(store.read(SHIPPED_METRICS)).decode(errors="replace")
-    else:
-        text = checkpoint.read_metrics_text(run_dir)  # metrics.jsonl, or an S3 run's segments joined
-    records = []
-    for line in text.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and "update" in record:
-            records.append(record)
-    return records
-
-
-def running_rewards_so_far(run_dir):
-    """The running reward of every update already in the run dir (a resumed run's history)."""
-    try:
-        return [r["running_reward"] for r in read_metrics(run_dir) if r.get("running_reward") is not None]
-    except (OSError, StoreError):
-        return []
 
 
 class LiveMetrics:
@@ -128,7 +91,7 @@ class LiveMetrics:
             "pong_env_steps_per_s": rec["env_steps_per_s"],
             "pong_update_seconds": rec["seconds"],
         }
-        for name, value in values.items():
-            self.gauges[name].set(float(value))
+        for name, v in values.items():
+            self.gauges[name].set(float(v))
         if rec["episodes"] > 0:
             self.episodes.inc(rec["episodes"])

@@ -2,9 +2,9 @@
 
 How to run (from the repo root; `make play CHECKPOINT=... GAMES=3` does the same):
 
-    PYTHONPATH=job/pong python -m pgpong.play ~/pong-runs/a/ckpt-000100.npz --games 3
-    PYTHONPATH=job/pong python -m pgpong.play ~/pong-runs/a --policy sampled    # the run's newest checkpoint
-    PYTHONPATH=job/pong python -m pgpong.play docs/agent --games 10     # the shipped agent (make play)
+    PYTHONPATH=job/pong:job/tools python -m pongtools.play ~/pong-runs/a/ckpt-000100.npz --games 3
+    PYTHONPATH=job/pong:job/tools python -m pongtools.play ~/pong-runs/a --policy sampled    # the run's newest checkpoint
+    PYTHONPATH=job/pong:job/tools python -m pongtools.play job/tools/runs/agent --games 10     # the shipped agent (make play)
 
 The trainer's own kernel (policy.policy_step) preprocesses each screen and runs the
 network. By default the agent plays its more likely action, UP iff P(UP) > 0.5 (greedy,
@@ -19,26 +19,22 @@ above 0 when the agent beats the built-in AI on average. Needs Pillow (requireme
 """
 
 import os
-import sys
 import time
 
 import numpy as np
-
-from . import checkpoint, policy, rollout
-from .config import DEFAULT_RUNS, _checked, _non_negative_int, _Parser, _positive_int
-from .logline import kv
-from .store import StoreError
+from pgpong import policy, rollout
+from pgpong.checkpoint import CheckpointError
+from pgpong.cli import Parser, at_least, fail
+from pgpong.config import DEFAULT_RUNS
+from pgpong.logline import kv
+from pgpong.run import AGENT_FILE, Run
+from pgpong.store import StoreError
 
 MAX_GIF_FRAMES = 3000  # a longer game is subsampled evenly down to this: under 100 MB of memory, a few MB of GIF
 ATARI_FPS = 60  # emulator frames per second: a GIF frame shows for as long as the frames it covers
 MAX_STEPS = 200_000  # a game longer than this (about an hour of play) is cut off
 POLICIES = ("greedy", "sampled")  # --policy: the first is the default
 PLAY_STREAM = 0  # the `update` part of each game's random-stream seed; training uses 1, 2, ...
-
-
-def fail(message):
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
 
 
 class Policy:
@@ -138,44 +134,47 @@ def write_gif(recorder, scale, gif_path, png_path):
 
 
 def find_checkpoint(path):
-    """A checkpoint file, an exported agent's folder, or a run dir's newest checkpoint; exits with one
-    line if there is none."""
-    if not path.startswith("s3://"):
-        path = os.path.abspath(os.path.expanduser(path))
-        if not os.path.exists(path):
-            fail(f"no checkpoint at {path}; pass CHECKPOINT=<a ckpt-NNNNNN.npz file or a run dir>")
-    if path.endswith(".npz"):
-        return path
-    if not path.startswith("s3://") and not os.path.isdir(path):
-        fail(f"{path} is neither a checkpoint (ckpt-NNNNNN.npz) nor a run dir")
-    if not path.startswith("s3://") and os.path.exists(os.path.join(path, checkpoint.AGENT_FILE)):
-        return os.path.join(path, checkpoint.AGENT_FILE)
+    """(Run, file name) of a checkpoint file, an exported agent's folder, or a run dir's newest
+    checkpoint; exits with one line if there is none."""
     try:
-        found = checkpoint.checkpoints(path)
+        if path.endswith(".npz"):
+            run, name = Run.of_file(path)
+        else:
+            run, name = Run(path), None
+        local = not run.path.startswith("s3://")
+        where = run.file(name) if name else run.path
+        if local and not os.path.exists(where):
+            fail(f"no checkpoint at {where}; pass CHECKPOINT=<a ckpt-NNNNNN.npz file or a run dir>")
+        if name:
+            return run, name
+        if local and not os.path.isdir(where):
+            fail(f"{where} is neither a checkpoint (ckpt-NNNNNN.npz) nor a run dir")
+        names = run.store.names()
+        found = [AGENT_FILE] if AGENT_FILE in names else run.checkpoints()
     except StoreError as e:
         fail(str(e))
     if not found:
-        fail(f"{path} holds no checkpoint (ckpt-NNNNNN.npz) yet; the trainer writes one every --checkpoint-every")
-    return found[0]
+        fail(f"{where} holds no checkpoint (ckpt-NNNNNN.npz) yet; the trainer writes one every --checkpoint-every")
+    return run, found[0]
 
 
-def default_gif(ckpt_path, update):
+def default_gif(run, name, update):
     """play-<update>.gif beside a run's local checkpoint; for one on S3 or an exported agent (a folder
     that may be under version control), in ~/pong-runs/play/."""
-    name = f"play-{update:06d}.gif"
-    if ckpt_path.startswith("s3://") or os.path.basename(ckpt_path) == checkpoint.AGENT_FILE:
-        return os.path.join(os.path.expanduser(DEFAULT_RUNS), "play", name)
-    return os.path.join(os.path.dirname(ckpt_path), name)
+    gif = f"play-{update:06d}.gif"
+    if run.path.startswith("s3://") or name == AGENT_FILE:
+        return os.path.join(os.path.expanduser(DEFAULT_RUNS), "play", gif)
+    return os.path.join(run.path, gif)
 
 
 def parse_args(argv):
-    p = _Parser(prog="python -m pgpong.play", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m pongtools.play", description=__doc__.split("\n\n")[0])
     p.add_argument(
         "checkpoint",
         help="a ckpt-NNNNNN.npz (local or s3://...), a run dir (its newest checkpoint), "
-        f"or a folder with an exported {checkpoint.AGENT_FILE} (make ship)",
+        f"or a folder with an exported {AGENT_FILE} (make ship)",
     )
-    p.add_argument("--games", type=_checked(_positive_int, "a whole number >= 1"), default=3, help="games to play")
+    p.add_argument("--games", type=at_least(1), default=3, help="games to play")
     p.add_argument(
         "--policy",
         choices=POLICIES,
@@ -184,13 +183,13 @@ def parse_args(argv):
     )
     p.add_argument(
         "--seed",
-        type=_checked(_non_negative_int, "a whole number >= 0"),
+        type=at_least(0),
         default=0,
         help="seeds the frame skips, sticky actions and sampled actions",
     )
     p.add_argument(
         "--scale",
-        type=_checked(_positive_int, "a whole number >= 1"),
+        type=at_least(1),
         default=2,
         help="GIF pixels per screen pixel (nearest neighbour)",
     )
@@ -200,17 +199,18 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(argv)
-    path = find_checkpoint(args.checkpoint)
+    run, name = find_checkpoint(args.checkpoint)
+    path = run.file(name)
     try:
-        state = checkpoint.load_weights(path)
-    except checkpoint.CheckpointError as e:
+        state = run.load_weights(name)
+    except CheckpointError as e:
         fail(str(e))
     env_id = state.config.get("env", "Pong-v0")
     try:
         stepper = rollout.AtariStepper(env_id)
     except rollout.EnvError as e:
         fail(f"checkpoint {path} was made for {env_id!r}, which this machine cannot play: {e}")
-    gif = os.path.abspath(os.path.expanduser(args.out)) if args.out else default_gif(path, state.update)
+    gif = os.path.abspath(os.path.expanduser(args.out)) if args.out else default_gif(run, name, state.update)
     png = os.path.splitext(gif)[0] + ".png"
     try:
         os.makedirs(os.path.dirname(gif), exist_ok=True)

@@ -1,9 +1,9 @@
 """Benchmark: the trainer against the raw emulator and against the textbook design.
 
-How to run (from job/pong; `make bench` does this):
+How to run (from the repo root; `make bench` does this):
 
-    python -m pgpong.bench                      # batch 300, one actor per CPU
-    python -m pgpong.bench --batch-size 30      # quicker, same measurements
+    PYTHONPATH=job/pong:job/tools python -m pongtools.bench                  # batch 300, one actor per CPU
+    PYTHONPATH=job/pong:job/tools python -m pongtools.bench --batch-size 30  # quicker, same measurements
 
 All phases run in one invocation, on the same number of single-CPU Ray actors, with
 the same env settings:
@@ -25,16 +25,18 @@ driver's own CPU share: what the trainer keeps of the emulator's speed. Each pha
 prints one `bench phase=...` line; the last line compares them.
 """
 
-import argparse
 import os
 import tempfile
 import time
 
 import numpy as np
 import ray
+from pgpong import config, policy, rollout, train
+from pgpong.cli import Parser, at_least
+from pgpong.logline import kv
+from pgpong.run import Run
 
-from . import checkpoint, config, policy, rollout, textbook, train
-from .logline import kv
+from pongtools import actor_path, textbook
 
 TARGET_VS_RAW = 0.90
 TARGET_VS_TEXTBOOK = 3.0
@@ -47,7 +49,7 @@ class PairedActor:
     def __init__(self, env_id, params):
         self.runner = rollout.EnvRunner(env_id)
         self.runner.set_weights(params)
-        self.book = textbook.TextbookLearner(env_id)
+        self.book = textbook.TextbookRunner(env_id)
         self.book.set_weights(params)
 
     def play(self, design, seed, episode):
@@ -63,13 +65,13 @@ class PairedActor:
 @ray.remote(num_cpus=1)
 class TextbookWorker:
     def __init__(self, env_id):
-        self.learner = textbook.TextbookLearner(env_id)
+        self.runner = textbook.TextbookRunner(env_id)
 
     def set_weights(self, params):
-        self.learner.set_weights(params)
+        self.runner.set_weights(params)
 
     def play(self, seed, update, episode):
-        return self.learner.play(seed, update, episode)  # (result, full dense float64 gradient)
+        return self.runner.play(seed, update, episode)  # (result, full dense float64 gradient)
 
 
 def bench_paired(env_id, workers, pairs, params):
@@ -112,13 +114,15 @@ def bench_trainer(env_id, workers, batch_size, run_dir):
     cfg = config.Config(
         batch_size=batch_size, updates=1, workers=str(workers), env=env_id, run_dir=run_dir, checkpoint_every=1
     )
-    state, _ = train.initial_state(cfg)
-    trainer = train.Trainer(cfg, state, out=lambda line: None)
+    run = Run(run_dir)
+    state, _ = train.initial_state(cfg, run)
+    trainer = train.Trainer(cfg, state, run, out=lambda line: None)
     trainer.start_pool()
     cpu = time.process_time()
     rec = trainer.run()[0]
     driver_cpu_s = time.process_time() - cpu
     trainer.pool.shutdown()  # give their CPUs back
+    assert run.checkpoints(), "the benchmark's update wrote no checkpoint"
     total = rec["seconds"] + rec["checkpoint_s"]
     busy_s = sum(r.seconds for r in trainer.last_results)
     return {
@@ -170,21 +174,22 @@ def bench_textbook(env_id, workers, episodes):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m pgpong.bench", description=__doc__.split("\n")[0])
-    p.add_argument("--batch-size", type=int, default=300, help="episodes in the trainer's update (default 300)")
-    p.add_argument("--workers", type=int, default=0, help="actors in every phase (default: one per CPU)")
+    p = Parser(prog="python -m pongtools.bench", description=__doc__.split("\n")[0])
+    p.add_argument("--batch-size", type=at_least(1), default=300, help="episodes in the trainer's update (default 300)")
+    p.add_argument("--workers", type=at_least(0), default=0, help="actors in every phase (default: one per CPU)")
     p.add_argument(
-        "--pairs", type=int, default=30, help="episodes of each design per actor in the paired phase (default 30)"
+        "--pairs",
+        type=at_least(1),
+        default=30,
+        help="episodes of each design per actor in the paired phase (default 30)",
     )
     p.add_argument(
-        "--textbook-episodes", type=int, default=0, help="episodes of the textbook phase (default 4 per worker)"
+        "--textbook-episodes", type=at_least(0), default=0, help="episodes of the textbook phase (default 4 per worker)"
     )
     p.add_argument("--env", default="Pong-v0")
     args = p.parse_args(argv)
-    if args.batch_size < 1 or args.workers < 0 or args.pairs < 1 or args.textbook_episodes < 0:
-        p.error("sizes must be positive")
     rollout.check_env_id(args.env)
-    ray.init(address=os.environ.get("RAY_ADDRESS", "local"), logging_level="warning")
+    ray.init(address=os.environ.get("RAY_ADDRESS", "local"), logging_level="warning", runtime_env=actor_path())
     workers = args.workers or int(ray.cluster_resources()["CPU"])
     print(
         kv(
@@ -204,7 +209,6 @@ def main(argv=None):
     print(kv("bench", **paired), flush=True)
     with tempfile.TemporaryDirectory() as run_dir:
         trained = bench_trainer(args.env, workers, args.batch_size, run_dir)
-        assert checkpoint.checkpoints(run_dir), "the benchmark's update wrote no checkpoint"
     print(kv("bench", **trained), flush=True)
     book = bench_textbook(args.env, workers, args.textbook_episodes or 4 * workers)
     print(kv("bench", **book), flush=True)

@@ -2,8 +2,8 @@
 
 How to run (from the repo root; `make plot RUN=...` does the same):
 
-    PYTHONPATH=job/pong python -m pgpong.plot ~/pong-runs/a            # writes ~/pong-runs/a/curve.png
-    PYTHONPATH=job/pong python -m pgpong.plot s3://bucket/runs/a --out a.png
+    PYTHONPATH=job/pong:job/tools python -m pongtools.plot ~/pong-runs/a            # writes ~/pong-runs/a/curve.png
+    PYTHONPATH=job/pong:job/tools python -m pongtools.plot s3://bucket/runs/a --out a.png
 
 It works on a run still in progress: the line the trainer is writing right now is
 skipped until it is whole. The title is the run's config, from its newest
@@ -12,34 +12,15 @@ Needs matplotlib (requirements-tools.in, installed from its lock by `make plot`)
 """
 
 import os
-import sys
 
-from . import checkpoint, watch
-from .config import _Parser
-from .logline import kv
-from .store import StoreError, join
+from pgpong.cli import Parser, fail
+from pgpong.logline import kv
+from pgpong.run import Run
+from pgpong.store import StoreError
 
 SIZE_IN = (12, 8)  # figure size in inches
 DPI = 100  # so the PNG is 1200 x 800 pixels
 TITLE_KEYS = ("env", "batch_size", "learning_rate", "seed", "workers")  # the config shown in the title
-
-
-def fail(message):
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
-def run_config(run_dir, records):
-    """(config dict, where it came from): the newest readable checkpoint's (or the exported agent's),
-    else what metrics show."""
-    names = checkpoint.store(run_dir).names()
-    agent = [join(run_dir, checkpoint.AGENT_FILE)] if checkpoint.AGENT_FILE in names else []
-    for path in checkpoint.checkpoints(run_dir) + agent:
-        try:
-            return checkpoint.load_weights(path).config, f"config of {os.path.basename(path)}"
-        except checkpoint.CheckpointError:
-            continue
-    return {"batch_size": records[0]["episodes"]}, "no checkpoint yet: batch size from metrics.jsonl"
 
 
 def time_axis(seconds):
@@ -105,20 +86,19 @@ def default_out(run_dir):
 
 
 def main(argv=None):
-    p = _Parser(prog="python -m pgpong.plot", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m pongtools.plot", description=__doc__.split("\n\n")[0])
     p.add_argument("run_dir", help="the run directory: a folder or s3://bucket/prefix")
     p.add_argument("--out", help="PNG to write (default: <run dir>/curve.png; for S3, ./<name>-curve.png)")
     args = p.parse_args(argv)
-    run_dir = args.run_dir
-    if not run_dir.startswith("s3://"):
-        run_dir = os.path.abspath(os.path.expanduser(run_dir))
-        if not os.path.isdir(run_dir):
-            fail(f"run dir {run_dir} does not exist; give the trainer's --run-dir (make plot RUN=...)")
     try:
-        records = watch.read_metrics(run_dir)
+        run = Run(args.run_dir)
+        run_dir = run.path
+        if not run_dir.startswith("s3://") and not os.path.isdir(run_dir):
+            fail(f"run dir {run_dir} does not exist; give the trainer's --run-dir (make plot RUN=...)")
+        records = run.metrics()
         if not records:
             fail(f"{run_dir}/metrics.jsonl has no complete line yet; try again after the first update")
-        config, source = run_config(run_dir, records)
+        config, source = run.config()
     except StoreError as e:
         fail(str(e))
     except OSError:

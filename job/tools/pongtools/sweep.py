@@ -3,8 +3,8 @@ of episodes, so that they can be compared by episodes, which do not depend on ho
 
 How to run (from the repo root; `make sweep` and `make compare` do the same):
 
-    PYTHONPATH=job/pong python -m pgpong.sweep --root ~/pong-lr --episodes 6000 300:3e-3 300:1e-3 50:2e-3
-    PYTHONPATH=job/pong python -m pgpong.compare ~/pong-lr/* --at 1000,3000,6000
+    PYTHONPATH=job/pong:job/tools python -m pongtools.sweep --root ~/pong-lr --episodes 6000 300:3e-3 300:1e-3 50:2e-3
+    PYTHONPATH=job/pong:job/tools python -m pongtools.compare ~/pong-lr/* --at 1000,3000,6000
 
 Each setting BATCH:RATE trains with the real trainer (python -m pgpong.train, seed 0) in
 <root>/b<BATCH>-lr<RATE> until it has played --episodes episodes, one setting after the other.
@@ -17,9 +17,11 @@ import signal
 import subprocess
 import sys
 
-from . import checkpoint
-from .config import _checked, _Parser, _positive_float, _positive_int
-from .logline import kv
+from pgpong.cli import Parser, at_least, checked, positive, whole
+from pgpong.logline import kv
+from pgpong.run import Run
+
+from pongtools import JOB_DIR
 
 
 def setting(text):
@@ -27,7 +29,7 @@ def setting(text):
     batch, sep, rate = text.partition(":")
     if not sep:
         raise ValueError
-    return _positive_int(batch), _positive_float(rate)
+    return whole(batch, 1), positive(rate)
 
 
 def run_dir(root, batch, rate):
@@ -36,22 +38,23 @@ def run_dir(root, batch, rate):
 
 def updates_done(path):
     """Updates in the newest checkpoint of a run dir (0 for a new one)."""
-    found = checkpoint.checkpoints(path) if os.path.isdir(path) else []
-    return checkpoint.load(found[0]).update if found else 0
+    run = Run(path)
+    found = run.checkpoints()
+    return run.load(found[0]).update if found else 0
 
 
 def main(argv=None):
-    p = _Parser(prog="python -m pgpong.sweep", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m pongtools.sweep", description=__doc__.split("\n\n")[0])
     p.add_argument(
         "settings",
         nargs="+",
-        type=_checked(setting, "BATCH:RATE, e.g. 300:3e-3"),
+        type=checked(setting, "BATCH:RATE, e.g. 300:3e-3"),
         help="batch size and learning rate of each run, e.g. 10:1e-3 300:3e-3",
     )
     p.add_argument("--root", default="~/pong-lr", help="folder of the run dirs (default: ~/pong-lr)")
     p.add_argument(
         "--episodes",
-        type=_checked(_positive_int, "a whole number >= 1"),
+        type=at_least(1),
         default=6000,
         help="episodes each setting trains for (rounded up to whole updates; default 6000)",
     )
@@ -95,7 +98,7 @@ def main(argv=None):
             "--checkpoint-every",
             str(max(1, 1000 // batch)),
         ]
-        proc = subprocess.Popen(command, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        proc = subprocess.Popen(command, cwd=JOB_DIR)
         child[:] = [proc]
         try:
             code = proc.wait()
@@ -105,7 +108,7 @@ def main(argv=None):
         if code != 0 or stopping:
             print(kv("sweep", stopped=path, exit=code, resume="run the same command again"), flush=True)
             sys.exit(code or 1)
-    print(kv("sweep", done=len(args.settings), compare=f"python -m pgpong.compare {root}/*"), flush=True)
+    print(kv("sweep", done=len(args.settings), compare=f"python -m pongtools.compare {root}/*"), flush=True)
 
 
 if __name__ == "__main__":

@@ -8,9 +8,8 @@ equal; the benchmark measures it as the baseline to beat. No Ray here.
 import time
 
 import numpy as np
-
-from . import policy
-from .rollout import AtariStepper, EpisodeResult, RandomStream
+from pgpong import policy
+from pgpong.rollout import AtariStepper, EpisodeResult, RandomStream
 
 
 def sigmoid(x):
@@ -55,7 +54,7 @@ def episode_gradient(screens, ups, rewards, model):
     return ps, policy_backward(np.vstack(hs), np.vstack(xs), epdlogp, model)
 
 
-class TextbookLearner:
+class TextbookRunner:
     """Plays an episode with the dense policy and returns its full gradient."""
 
     def __init__(self, env_id):

@@ -3,8 +3,8 @@ number of episodes, whatever its batch size, learning rate or machine. Runs on y
 
 How to run (from the repo root; `make compare RUNS="..." AT=...` does the same):
 
-    PYTHONPATH=job/pong python -m pgpong.compare ~/pong-lr/* --at 1000,3000,6000
-    PYTHONPATH=job/pong python -m pgpong.compare ~/pong-lr/* --markdown      # a table for the docs
+    PYTHONPATH=job/pong:job/tools python -m pongtools.compare ~/pong-lr/* --at 1000,3000,6000
+    PYTHONPATH=job/pong:job/tools python -m pongtools.compare ~/pong-lr/* --markdown      # a table for the docs
 
 For each run: its batch size and learning rate (from its newest checkpoint), then at each
 milestone the running reward at the first update that reached that many episodes, and the
@@ -12,17 +12,12 @@ update it was. A run that has not reached a milestone shows '-'.
 """
 
 import os
-import sys
 
-from . import checkpoint, plot, watch
-from .config import _Parser
-from .logline import kv
-from .store import StoreError
-
-
-def fail(message):
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
+from pgpong.checkpoint import CheckpointError
+from pgpong.cli import Parser, checked, fail
+from pgpong.logline import kv
+from pgpong.run import Run
+from pgpong.store import StoreError
 
 
 def milestones(text):
@@ -40,15 +35,15 @@ def at_episodes(records, episodes):
     return None
 
 
-def summary(run_dir, at):
-    """One run's row: {'run', 'batch_size', 'learning_rate', 'episodes', 'updates', at each milestone}."""
-    records = watch.read_metrics(run_dir)
+def summary(run, at):
+    """One Run's row: {'run', 'batch_size', 'learning_rate', 'episodes', 'updates', at each milestone}."""
+    records = run.metrics()
     if not records:
-        raise OSError(f"{run_dir} has no metrics yet")
-    config, _ = plot.run_config(run_dir, records)
+        raise OSError(f"{run} has no metrics yet")
+    config, _ = run.config()
     last = records[-1]
     row = {
-        "run": os.path.basename(run_dir.rstrip("/")),
+        "run": os.path.basename(run.path.rstrip("/")),
         "batch_size": config.get("batch_size"),
         "learning_rate": config.get("learning_rate"),
         "episodes": last.get("total_episodes"),
@@ -61,24 +56,22 @@ def summary(run_dir, at):
 
 
 def main(argv=None):
-    from .config import _checked
-
-    p = _Parser(prog="python -m pgpong.compare", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m pongtools.compare", description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="+", help="run dirs (the trainer's --run-dir)")
     p.add_argument(
         "--at",
-        type=_checked(milestones, "episode counts like 1000,3000,6000"),
+        type=checked(milestones, "episode counts like 1000,3000,6000"),
         default=[1000, 3000, 6000],
         help="episode milestones (default 1000,3000,6000)",
     )
     p.add_argument("--markdown", action="store_true", help="print a Markdown table instead of key=value lines")
     args = p.parse_args(argv)
     rows = []
-    for run in args.runs:
-        path = run if run.startswith("s3://") else os.path.abspath(os.path.expanduser(run))
+    for path in args.runs:
         try:
-            rows.append(summary(path, args.at))
-        except (OSError, StoreError, checkpoint.CheckpointError) as e:
+            run = Run(path)
+            rows.append(summary(run, args.at))
+        except (OSError, StoreError, CheckpointError) as e:
             fail(f"cannot read run {path}: {e}")
     rows.sort(key=lambda r: (r["batch_size"] or 0, r["learning_rate"] or 0))
 

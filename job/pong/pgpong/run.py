@@ -1,0 +1,215 @@
+"""A run directory, opened once: its store, its checkpoints and its metrics. No Ray here.
+
+    run = Run("~/pong-runs/a")               # a folder, or s3://bucket/prefix
+    run.prepare()                            # the trainer: create it, check that it takes writes
+    state = run.load_latest(config)          # the newest usable checkpoint, or None
+    run.append_metrics(record)               # after every update
+    run.save(state)                          # a checkpoint, written whole or not at all
+    run.metrics()                            # the tools: every update's record
+    run.config()                             # the config the run was made with
+
+The trainer opens its run dir once and keeps the Run for its life; the tools (plot, play,
+ship, compare, sweep, plan) read runs through the same class. A Run owns its store, so what
+the store keeps between calls (S3 has no append: the segment being appended to) lives as
+long as the Run.
+"""
+
+import gzip
+import json
+import os
+import re
+
+from . import checkpoint
+from .checkpoint import CheckpointError
+from .store import StoreError, join, open_store
+
+KEEP = 3  # checkpoints kept in a run directory
+_CHECKPOINT = re.compile(r"^ckpt-(\d{6,})\.npz$")
+MUST_MATCH = ("env",)  # config fields a resumed run cannot change
+AGENT_FILE = "pong-agent.npz"  # an exported agent's weights (make ship)
+
+# Metrics are one JSON line per update. A local run dir appends them to metrics.jsonl. S3
+# has no append, so an S3 run dir writes them in segments of SEGMENT_UPDATES updates,
+# metrics-NNNNNN.jsonl named by their first update: each update PUTs only its own segment,
+# so the cost of a write does not grow with the run. Readers join metrics.jsonl (a local
+# run, or an S3 run from before segments) and then the segments, in update order. An
+# exported run (make ship) holds them all, compressed, in metrics.jsonl.gz.
+METRICS = "metrics.jsonl"
+SEGMENT_UPDATES = 50
+_SEGMENT = re.compile(r"^metrics-(\d{6,})\.jsonl$")
+SHIPPED_METRICS = "metrics.jsonl.gz"
+
+
+def metrics_segment(update):
+    """The S3 segment that holds an update's line: metrics-000051.jsonl for updates 51..100."""
+    first = (update - 1) // SEGMENT_UPDATES * SEGMENT_UPDATES + 1
+    return f"metrics-{first:06d}.jsonl"
+
+
+class Run:
+    """One run directory: a local folder (made absolute) or s3://bucket/prefix, and its store."""
+
+    def __init__(self, path):
+        path = str(path)
+        self.path = path if path.startswith("s3://") else os.path.abspath(os.path.expanduser(path))
+        self.store = open_store(self.path)
+
+    def __str__(self):
+        return self.path
+
+    def file(self, name):
+        """The path (or s3:// URL) of one of the run's files."""
+        return join(self.path, name)
+
+    def prepare(self):
+        """Create the run directory and check that it can be written, or raise StoreError."""
+        self.store.prepare()
+
+    # -- checkpoints -------------------------------------------------------------
+
+    def checkpoints(self):
+        """The names of the run's checkpoints, newest first."""
+        found = [(int(m.group(1)), n) for n in self.store.names() if (m := _CHECKPOINT.match(n))]
+        return [n for _, n in sorted(found, reverse=True)]
+
+    def save(self, state, keep=KEEP):
+        """Write the checkpoint of state.update whole or not at all; prune old ones. Returns its path."""
+        name = f"ckpt-{state.update:06d}.npz"
+        self.store.write(name, checkpoint.to_bytes(state))
+        for old in self.checkpoints()[keep:]:
+            self.store.delete(old)
+        return self.file(name)
+
+    def _read(self, name):
+        try:
+            return self.store.read(name)
+        except (OSError, StoreError) as e:
+            raise CheckpointError(f"checkpoint {self.file(name)} is corrupt or unreadable ({e})") from None
+
+    def load(self, name):
+        """One checkpoint, everything needed to resume; CheckpointError naming the file if it is unusable."""
+        return checkpoint.from_bytes(self._read(name), self.file(name))
+
+    def load_weights(self, name):
+        """The weights (float32), counters and config of a checkpoint or an exported agent
+        (State.cache is None for an agent); CheckpointError naming the file if it is unusable."""
+        return checkpoint.weights_from_bytes(self._read(name), self.file(name))
+
+    def load_latest(self, config, warn=print):
+        """The newest usable checkpoint as a State, or None if there is none.
+
+        A corrupt newest checkpoint (a crash mid-write, a damaged disk) is reported by name
+        through `warn` and the previous one is used. If none can be read, or the newest
+        readable one belongs to another config, CheckpointError: never a silent fresh start.
+        """
+        names = self.checkpoints()
+        if not names:
+            return None
+        bad = []
+        for name in names:
+            try:
+                state = self.load(name)
+                break
+            except CheckpointError as e:
+                bad.append(str(e))
+        else:
+            raise CheckpointError("; ".join(bad) + "; no usable checkpoint is left: use another --run-dir")
+        for message in bad:
+            warn(f"{message}; using {name} instead")
+        for key in MUST_MATCH:
+            if state.config.get(key) != config.get(key):
+                raise CheckpointError(
+                    f"checkpoint {self.file(name)} was made with {key}={state.config.get(key)!r}, "
+                    f"not {config.get(key)!r}; use another --run-dir"
+                )
+        if state.params["W1"].shape != (state.params["W2"].shape[0], 80 * 80):
+            raise CheckpointError(f"checkpoint {self.file(name)} has weights of shape {state.params['W1'].shape}")
+        return state
+
+    def export(self, state, records):
+        """Write the run as a shipped agent: the weights alone as float16 (it plays, it cannot resume)
+        and every metrics record, compressed. Returns the agent's path."""
+        self.store.write(AGENT_FILE, checkpoint.weights_to_bytes(state))
+        text = "".join(json.dumps(r) + "\n" for r in records)
+        self.store.write(SHIPPED_METRICS, gzip.compress(text.encode(), mtime=0))  # mtime 0: same run, same bytes
+        return self.file(AGENT_FILE)
+
+    def config(self):
+        """(config, where it came from): that of the newest readable checkpoint, or of the exported
+        agent; before the first checkpoint, the batch size the metrics show."""
+        names = self.checkpoints() + ([AGENT_FILE] if AGENT_FILE in self.store.names() else [])
+        for name in names:
+            try:
+                return self.load_weights(name).config, f"config of {name}"
+            except CheckpointError:
+                continue
+        records = self.metrics()
+        return {
+            "batch_size": records[0]["episodes"]
+        } if records else {}, f"no checkpoint yet: batch size from {METRICS}"
+
+    # -- metrics -----------------------------------------------------------------
+
+    def append_metrics(self, record):
+        name = METRICS if self.store.appends else metrics_segment(record["update"])
+        self.store.append(name, json.dumps(record) + "\n")
+
+    def metrics_files(self, names=None):
+        """The names that hold the run's metrics, oldest first."""
+        names = self.store.names() if names is None else names
+        segments = sorted((int(m.group(1)), n) for n in names if (m := _SEGMENT.match(n)))
+        return ([METRICS] if METRICS in names else []) + [n for _, n in segments]
+
+    def metrics(self):
+        """Every update's record, in order: metrics.jsonl and an S3 run's segments joined, or an
+        exported run's metrics.jsonl.gz. A line still being written, or cut short, is skipped.
+
+        FileNotFoundError if the run has no metrics yet, StoreError if the run dir cannot be
+        reached (S3 credentials, a missing bucket).
+        """
+        names = self.store.names()
+        files = self.metrics_files(names)
+        if files:
+            parts = [self.store.read(name).decode(errors="replace") for name in files]
+            text = "".join(p if p.endswith("\n") or not p else p + "\n" for p in parts)  # a cut line stays alone
+        elif SHIPPED_METRICS in names:
+            text = gzip.decompress(self.store.read(SHIPPED_METRICS)).decode(errors="replace")
+        else:
+            raise FileNotFoundError(f"{self.path} has no {METRICS}")
+        records = []
+        for line in text.splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and "update" in record:
+                records.append(record)
+        return records
+
+    def trim_metrics(self, last_update):
+        """Drop metric lines of updates after the checkpoint we resume from (they will be run again)."""
+        for name in self.metrics_files():
+            lines = self.store.read(name).decode().splitlines(keepends=True)
+            kept = []
+            for line in lines:
+                try:
+                    if json.loads(line)["update"] <= last_update:
+                        kept.append(line)
+                except (ValueError, KeyError, TypeError):
+                    pass  # a line cut short when the driver died
+            if kept == lines:
+                continue
+            if kept or name == METRICS:
+                self.store.write(name, "".join(kept).encode())
+            else:
+                self.store.delete(name)
+
+    @classmethod
+    def of_file(cls, path):
+        """(Run, file name) of a file in a run dir: '/d/ckpt-000001.npz' -> (Run('/d'), 'ckpt-000001.npz')."""
+        path = str(path)
+        if path.startswith("s3://"):
+            head, _, name = path.rstrip("/").rpartition("/")
+            return cls(head), name
+        head, name = os.path.split(os.path.abspath(os.path.expanduser(path)))
+        return cls(head), name

@@ -1,0 +1,19 @@
+"""What a cluster delivers: seconds per update, episodes and dollars an hour, hours and dollars to a win.
+
+    make plan NODES=11 CPUS=18 BATCH=300      # = python -m pongtools.plan project --nodes 11 ...
+    make plan-inputs RUN=<run dir>            # = python -m pongtools.plan inputs --run <run dir>
+
+No Ray is needed to plan. Four modules, one idea each:
+
+- model.py: an update simulated as the trainer runs it, over the stages of learning;
+- inputs.py: the model's measured inputs (plan_inputs.json), rebuilt from a run's metrics
+  and from a calibration;
+- calibration.py: measuring here what the inputs need (Ray and the emulator, minutes);
+- report.py: the projection as key=value lines, and the price it counts.
+
+__main__.py is the command line: `python -m pongtools.plan {project,inputs,calibrate,probe}`.
+"""
+
+
+class PlanError(Exception):
+    """A mistake the user can fix; printed as one line."""

@@ -1,0 +1,102 @@
+"""python -m pongtools.plan {project,inputs,calibrate,probe}: see __init__.py. A mistake is one line, exit 2."""
+
+from pgpong.cli import Parser, at_least, fail
+from pgpong.logline import kv
+
+from . import PlanError, calibration, inputs, model, report
+
+
+def parser():
+    p = Parser(prog="python -m pongtools.plan", description=__doc__.split(":")[0])
+    sub = p.add_subparsers(required=True, metavar="{project,inputs,calibrate,probe}")
+
+    q = sub.add_parser("project", help="project a cluster: seconds per update, $ an hour, hours and $ to a win")
+    q.add_argument("--nodes", type=at_least(1), default=11, help="nodes of the cluster (default 11)")
+    q.add_argument("--cpus", type=at_least(1), default=18, help="CPUs per node, one rollout actor each (default 18)")
+    q.add_argument("--batch-size", type=at_least(1), default=300, help="episodes per update (default 300)")
+    q.add_argument(
+        "--cluster", default="cluster/aws.yaml", help="cluster YAML whose head instance type and region set the price"
+    )
+    q.add_argument("--prices", default="infra/prices.yaml", help="the price file (default infra/prices.yaml)")
+    q.add_argument("--usd-per-node-hour", type=float, help="price of one node an hour, instead of the cluster YAML's")
+    q.add_argument("--core-rate", type=float, help="agent steps/s of one core, instead of the measured one")
+    q.add_argument(
+        "--network-gbps",
+        type=float,
+        default=model.NETWORK_GBPS,
+        help=f"one flow between nodes, Gbit/s (default {model.NETWORK_GBPS:g})",
+    )
+    q.add_argument("--inputs", default=inputs.INPUTS, help="the measured inputs (default: plan_inputs.json beside it)")
+    q.add_argument(
+        "--samples", type=at_least(1), default=200, help="simulated updates per stage of learning (default 200)"
+    )
+    q.add_argument("--seed", type=at_least(0), default=0, help="seeds the episode lengths drawn")
+    q.set_defaults(command=project)
+
+    i = sub.add_parser("inputs", help="rebuild the inputs: the learning part from a run, the rest from a calibration")
+    i.add_argument("--run", help="a run dir (a folder, s3://..., or an exported run): the learning part")
+    i.add_argument("--calibration", help="a `calibrate` JSON: the core rate and the costs")
+    i.add_argument("--inputs", default=inputs.INPUTS, help="the file to rebuild (default: plan_inputs.json)")
+    i.set_defaults(command=rebuild)
+
+    c = sub.add_parser("calibrate", help="measure the trainer and a probe here (Ray; about half an hour)")
+    c.add_argument("--out", required=True, help="the calibration JSON to write")
+    c.add_argument("--work-dir", required=True, help="where the trainer's run dirs and the probe's log go")
+    c.add_argument("--batch10-updates", type=at_least(0), default=20, help="updates of the batch-10 run (0: none)")
+    c.add_argument("--batch300-updates", type=at_least(0), default=2, help="updates of the batch-300 run (0: none)")
+    c.set_defaults(command=calibrate)
+
+    r = sub.add_parser("probe", help="play episodes until SIGTERM, one line each into --log (calibrate runs it)")
+    r.add_argument("--log", required=True)
+    r.add_argument("--niceness", type=int, default=0, help="run at this niceness, as the actors it stands for")
+    r.set_defaults(command=probe)
+    return p
+
+
+def project(a):
+    found = inputs.load_inputs(a.inputs)
+    if a.usd_per_node_hour is not None:
+        price = report.given_price(a.usd_per_node_hour)
+    else:
+        price = report.price_of(a.cluster, a.prices)
+    result, stages = model.project(found, a.nodes, a.cpus, a.batch_size, a.core_rate, a.network_gbps, a.samples, a.seed)
+    report.report(found, a.inputs, result, stages, price)
+
+
+def rebuild(a):
+    if not (a.run or a.calibration):
+        raise PlanError("pass --run <run dir>, --calibration <file>, or both")
+    built = inputs.build_inputs(a.inputs, a.run, a.calibration)
+    ln = built["learning"]
+    print(
+        kv(
+            "inputs",
+            path=a.inputs,
+            run=ln["run"],
+            episodes=ln["episodes"],
+            stages=len(ln["stages"]),
+            running_reward_last=ln["running_reward_last"],
+            episodes_to_win=ln.get("episodes_to_win"),
+            episodes_to_win_kind=ln["episodes_to_win_kind"],
+        )
+    )
+
+
+def calibrate(a):
+    calibration.calibrate(a.out, a.work_dir, ((10, a.batch10_updates), (300, a.batch300_updates)))
+
+
+def probe(a):
+    calibration.probe(a.log, a.niceness)
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
+    try:
+        args.command(args)
+    except PlanError as e:
+        fail(str(e))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""The model: an update simulated as the trainer runs it, over the stages of learning. No Ray, no files.
+
+Each update: the weights go to every node, the episodes of the batch are handed out in
+order to whichever actor is idle first, the update waits for the actor whose chain of
+episodes ends last, then the nodes' gradients are reduced and RMSProp steps. Episode
+lengths are drawn from the distribution of the stage of learning the update is in, so
+the plan sees long episodes (and long chains) as the agent gets better.
+"""
+
+import heapq
+
+import numpy as np
+from pgpong.policy import D, H
+
+QUANTILES = np.linspace(0.0, 1.0, 21)  # stored per stage: the 0, 5, ..., 100th percentiles of episode length
+# c5.9xlarge has "10 Gigabit" networking, but one TCP flow between instances outside a cluster
+# placement group gets at most 5 Gbps (EC2 User Guide, "Amazon EC2 instance network bandwidth").
+NETWORK_GBPS = 5.0
+WEIGHT_BYTES = (H * D + H) * 4  # W1 and W2 in float32: the broadcast
+GRADIENT_BYTES = WEIGHT_BYTES + D * 4  # a node's gradient when every pixel is touched (and its int32 columns)
+
+
+def dispatch(durations, actors):
+    """Hand episodes out in order to whichever actor is idle first; return each actor's finish time.
+
+    Ties go to the lowest actor index, as the trainer's pool feeds idle actors in
+    index order. The update waits for max(result): the longest chain.
+    """
+    free = [(0.0, i) for i in range(actors)]
+    for d in durations:
+        t, i = heapq.heappop(free)
+        heapq.heappush(free, (t + d, i))
+    finish = [0.0] * actors
+    for t, i in free:
+        finish[i] = t
+    return finish
+
+
+def update_seconds(steps, core_rate, nodes, cpus, costs, network_gbps=NETWORK_GBPS):
+    """Wall-clock seconds of one update whose episodes have these lengths (in agent steps).
+
+    Returns a dict of the parts: broadcast_s, rollout_s (the longest chain), reduce_s,
+    rmsprop_s, seconds (their sum). `costs` holds the per-node figures measured on one node.
+    """
+    actors = min(nodes * cpus, len(steps))
+    rollout = max(dispatch(np.asarray(steps, dtype=float) / core_rate, actors))
+    link = network_gbps * 1e9 / 8  # bytes per second
+    # The driver puts the weights once; every other node pulls them once for its actors.
+    broadcast = costs["broadcast_s"] + (nodes - 1) * WEIGHT_BYTES / link
+    # On each node the leader folds its node's other sums into its own (nodes in
+    # parallel); the driver then fetches and adds one gradient per node, one after another.
+    per_node = min(cpus, actors)
+    reduce = (per_node - 1) * costs["fold_s"] + nodes * costs["reduce_per_node_s"]
+    reduce += (nodes - 1) * GRADIENT_BYTES / link
+    parts = {"broadcast_s": broadcast, "rollout_s": rollout, "reduce_s": reduce, "rmsprop_s": costs["rmsprop_s"]}
+    return parts | {"seconds": sum(parts.values())}
+
+
+def quantile_mean(quantiles):
+    """The mean of the distribution sample_lengths draws from."""
+    return float(np.trapezoid(quantiles, QUANTILES))
+
+
+def sample_lengths(quantiles, n, rng):
+    """n episode lengths from a stage's stored percentiles (inverse CDF, linear between them)."""
+    return np.interp(rng.random(n), QUANTILES, quantiles)
+
+
+def stage_of(stages, episode):
+    """The last stage that starts at or before `episode` (past the data: the last stage)."""
+    found = stages[0]
+    for s in stages:
+        if s["first_episode"] <= episode:
+            found = s
+    return found
+
+
+def project(inputs, nodes, cpus, batch_size, core_rate=None, network_gbps=NETWORK_GBPS, samples=200, seed=0):
+    """The projection for nodes x cpus at batch_size: a dict of results, and one dict per stage of
+    learning (the input's stage, its mean update and its mean episode length)."""
+    learning, costs = inputs["learning"], inputs["costs"]
+    rate = core_rate or inputs["core"]["env_steps_per_s"]
+    rng = np.random.default_rng(seed)
+    stages = []
+    for s in learning["stages"]:
+        runs = [
+            update_seconds(sample_lengths(s["len_quantiles"], batch_size, rng), rate, nodes, cpus, costs, network_gbps)
+            for _ in range(samples)
+        ]
+        mean = {k: float(np.mean([r[k] for r in runs])) for k in runs[0]}
+        stages.append(s | {"update": mean, "len_mean": quantile_mean(s["len_quantiles"])})
+    target = learning.get("episodes_to_win")
+    # Two readings of "the episodes needed to win" at another batch size: the same
+    # episodes (each update of the batch in the stage of its first episode), or the
+    # same RMSProp steps (RMSProp moves each weight about `lr` a step whatever the
+    # batch; after k steps the agent plays as the learning run did after k of its own).
+    learned_batch = learning["batch_size"]
+    same_episodes = [stage_of(stages, e)["update"]["seconds"] for e in range(0, target or 0, batch_size)]
+    same_updates = [stage_of(stages, e)["update"]["seconds"] for e in range(0, target or 0, learned_batch)]
+    first = stages[0]["update"]["seconds"]
+    mean_s = float(np.mean(same_episodes)) if same_episodes else first
+    return {
+        "nodes": nodes,
+        "cpus": cpus,
+        "actors": min(nodes * cpus, batch_size),
+        "batch_size": batch_size,
+        "samples": samples,
+        "network_gbps": network_gbps,
+        "core_rate": rate,
+        "core_rate_source": "--core-rate" if core_rate else inputs["core"]["source"],
+        "seconds_per_update": mean_s,
+        "seconds_per_update_first_stage": first,
+        "seconds_per_update_last_stage": stages[-1]["update"]["seconds"],
+        "episodes_per_hour": batch_size * 3600 / mean_s,
+        "updates_to_win": len(same_episodes) if target else None,
+        "hours_to_win": sum(same_episodes) / 3600 if target else None,
+        "updates_to_win_same_updates": len(same_updates) if target else None,
+        "hours_to_win_same_updates": sum(same_updates) / 3600 if target else None,
+    }, stages

@@ -1,0 +1,77 @@
+"""Export a trained run as a shipped agent: weights only, and the run's compressed metrics.
+
+How to run (from the repo root; `make ship RUN=...` does this, then draws the curve and a game):
+
+    PYTHONPATH=job/pong:job/tools python -m pongtools.ship ~/pong-runs/a                # its newest checkpoint
+    PYTHONPATH=job/pong:job/tools python -m pongtools.ship ~/pong-runs/a --checkpoint ~/pong-runs/a/ckpt-000900.npz
+
+Writes into --out (default job/tools/runs/agent):
+- pong-agent.npz: W1 and W2 as float16 (2.6 MB instead of the checkpoint's 10 MB with its
+  RMSProp cache), the counters and the config. `make play` plays it; it cannot resume a run.
+- metrics.jsonl.gz: every update's metrics line up to that checkpoint, so `make plot RUN=job/tools/runs/agent`
+  redraws the whole learning curve.
+"""
+
+import os
+
+import numpy as np
+from pgpong.checkpoint import CheckpointError
+from pgpong.cli import Parser, fail
+from pgpong.logline import kv
+from pgpong.run import AGENT_FILE, SHIPPED_METRICS, Run
+from pgpong.store import StoreError
+
+DEFAULT_OUT = "job/tools/runs/agent"
+
+
+def metrics_until(run, last_update):
+    """The Run's metrics records of updates 1..last_update; exactly one per update."""
+    records = [r for r in run.metrics() if r["update"] <= last_update]
+    updates = [r["update"] for r in records]
+    if updates != list(range(1, last_update + 1)):
+        missing = sorted(set(range(1, last_update + 1)) - set(updates))
+        fail(f"{run} metrics do not hold each update 1..{last_update} once (missing: {missing[:5]})")
+    return records
+
+
+def main(argv=None):
+    p = Parser(prog="python -m pongtools.ship", description=__doc__.split("\n\n")[0])
+    p.add_argument("run_dir", help="the trainer's --run-dir (a folder or s3://bucket/prefix)")
+    p.add_argument("--checkpoint", help="the checkpoint to ship (default: the run's newest)")
+    p.add_argument("--out", default=DEFAULT_OUT, help=f"folder to write (default: {DEFAULT_OUT})")
+    args = p.parse_args(argv)
+    try:
+        run = Run(args.run_dir)
+        source, name = Run.of_file(args.checkpoint) if args.checkpoint else (run, next(iter(run.checkpoints()), None))
+        if name is None:
+            fail(f"{run} holds no checkpoint (ckpt-NNNNNN.npz); give the trainer's --run-dir")
+        state = source.load(name)
+        records = metrics_until(run, state.update)
+        os.makedirs(args.out, exist_ok=True)
+        out = Run(args.out)
+        agent = out.export(state, records)
+        shipped = out.load_weights(AGENT_FILE)
+    except (CheckpointError, StoreError) as e:
+        fail(str(e))
+    except OSError as e:
+        fail(f"cannot ship {args.run_dir}: {e.strerror or e}")
+    drift = max(float(np.max(np.abs(shipped.params[k] - state.params[k]))) for k in state.params)
+    print(
+        kv(
+            "ship",
+            checkpoint=source.file(name),
+            agent=agent,
+            agent_mb=os.path.getsize(agent) / 2**20,
+            metrics=out.file(SHIPPED_METRICS),
+            metrics_kb=os.path.getsize(out.file(SHIPPED_METRICS)) / 1024,
+            update=state.update,
+            episodes=state.episodes,
+            running_reward=state.running_reward,
+            training_hours=state.seconds / 3600,
+            float16_max_abs_error=drift,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""Each thing where its name says (docs/development.md, Layout): the top level, docs/ for pages and
+pictures, run data in job/tools/runs/ with at most one full checkpoint, and which package may
+import which."""
+
+import ast
+import json
+import subprocess
+import zipfile
+
+from conftest import REPO
+
+TOP_LEVEL = {"cluster", "job", "infra", "tests", "docs", ".ci", "Makefile", "README.md", "pyproject.toml", "LICENSE"}
+TOP_LEVEL |= {".gitignore"}
+PICTURES = (".png", ".gif", ".jpg", ".svg")
+
+
+def tree():
+    """The files the tree holds: tracked ones, and new ones git would not ignore."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return [f for f in listed.stdout.splitlines() if (REPO / f).exists()]
+
+
+def test_the_top_level_is_cluster_job_infra_tests_docs_and_the_project_files():
+    tops = {f.split("/", 1)[0] for f in tree()}
+    strays = {t for t in tops - TOP_LEVEL if not t.startswith("requirements")}
+    assert not strays, f"the top level holds only {sorted(TOP_LEVEL)} and the locks: move {sorted(strays)}"
+
+
+def test_docs_hold_pages_and_pictures_only():
+    docs = [f for f in tree() if f.startswith("docs/")]
+    others = [f for f in docs if not (f.count("/") == 1 and f.endswith(".md")) and not f.startswith("docs/images/")]
+    others += [f for f in docs if f.startswith("docs/images/") and not f.endswith(PICTURES)]
+    assert not others, f"run data goes to job/tools/runs/, not docs/: {others}"
+
+
+def test_the_tree_holds_at_most_one_full_checkpoint():
+    """A full checkpoint (weights and RMSProp cache, 10 MB) can resume a run; an exported agent holds
+    float16 weights alone. The tree keeps one of the former at a time, whatever its name."""
+    full = []
+    for f in tree():
+        if f.endswith(".npz"):
+            with zipfile.ZipFile(REPO / f) as z:
+                members = z.namelist()
+            if any(m.startswith("cache/") for m in members):
+                full.append(f)
+    assert len(full) <= 1, f"more than one full checkpoint in the tree: {full}"
+    assert all(f.startswith("job/tools/runs/") for f in full), full
+
+
+def imports(path):
+    """The top-level package of every module a Python file imports (at the top or in a function)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_the_job_never_imports_the_tools_and_neither_imports_infra():
+    infra = {p.stem for p in (REPO / "infra").glob("*.py")}  # preflight, check_image
+    wrong = []
+    for path in sorted((REPO / "job").rglob("*.py")):
+        bad = imports(path) & (infra | ({"pongtools"} if "job/pong/" in str(path) else set()))
+        wrong += [f"{path.relative_to(REPO)} imports {sorted(bad)}"] if bad else []
+    assert not wrong, wrong
+
+
+def test_every_kept_run_reads_as_a_run():
+    """Each folder of job/tools/runs/ holds metrics and weights a tool can read (make plot RUN=...)."""
+    from pgpong.run import Run
+
+    runs = sorted({(REPO / f).parent for f in tree() if f.startswith("job/tools/runs/") and f.endswith(".npz")})
+    assert len(runs) >= 9, runs  # the shipped agent, seven learning-rate runs, the winning run
+    for folder in runs:
+        run = Run(folder)
+        records = run.metrics()
+        config, _ = run.config()
+        assert records and records[-1]["update"] >= 1 and config.get("batch_size") == records[0]["episodes"], folder
+    rates = json.loads((REPO / "job/pong/pgpong/learning_rates.json").read_text())
+    assert {REPO / r["run"] for r in rates["runs"]} <= set(runs)
