@@ -13,7 +13,8 @@ import pytest
 import yaml
 from conftest import JOB_DIR, REPO, TOOLS_DIR, clean_env, fields, run, train_locally
 from pgpong import config, train
-from pongtools.plan import calibration, inputs, model, report
+from pgpong.run import Run
+from pongtools.plan import calibration, inputs, milestones, model, report
 
 # What `python -m pongtools.plan calibrate` measured here: a batch-10 and a batch-300 run of the
 # trainer, and beside them, the whole time, a probe process playing episodes (its rate).
@@ -309,3 +310,69 @@ def test_every_update_line_carries_progress_and_an_eta(tmp_path):
     assert etas[0] > 0 and etas[-1] == 0
     # the ETA is the updates left times the mean update so far, which includes each update's seconds
     assert etas[0] >= 2 * float(ups[0]["seconds"]) * 0.99
+
+
+# -- milestones: measured at a batch size where a run reached them, assumed elsewhere ------------
+
+SHIPPED_RUN = REPO / "job" / "tools" / "runs" / "agent"  # the shipped agent's run: metrics of updates 1-383
+
+
+def test_milestones_of_the_shipped_run_are_its_metrics(tmp_path):
+    """The batch-50 run's figures the docs quote: 127 updates (36.2 M env steps) to a running reward of 0."""
+    copy = tmp_path / "plan_inputs.json"
+    copy.write_text(pathlib.Path(inputs.INPUTS).read_text())
+    args = f"--inputs {copy} --play-update 195 --play-source results.md"
+    made = run(["make", "plan-inputs", f"MILESTONES={SHIPPED_RUN}", f"ARGS={args}"], clean_env(), timeout=120)
+    assert made.returncode == 0, made.stdout + made.stderr
+    found = json.loads(copy.read_text())["milestones"]["50"]
+    zero, two, play = (found[n] for n in milestones.NAMES)
+    assert (zero["update"], zero["episodes"], round(zero["env_steps"] / 1e6, 1)) == (127, 6350, 36.2)
+    assert two["update"] == 194 and play == {**two, "update": 195, "episodes": 9750, "env_steps": play["env_steps"]} | {
+        "source": "results.md"
+    }
+    records = Run(str(SHIPPED_RUN)).metrics()
+    assert records[126]["running_reward"] >= 0 > max(r["running_reward"] for r in records[:126])
+    assert found["measured_to"]["update"] == 383 and found["config"]["batch_size"] == 50
+
+
+def reached(update, batch):
+    return {"update": update, "episodes": update * batch, "env_steps": 0}
+
+
+def test_a_milestone_is_measured_where_a_run_reached_it_and_assumed_elsewhere():
+    b50 = {"run": "b50", "measured_to": reached(383, 50), "running_reward_0": reached(127, 50)}
+    b300 = {"run": "b300", "measured_to": reached(20, 300), "running_reward_0": None}
+    found = milestones.updates_to({"50": b50, "300": b300}, 300, "running_reward_0")
+    # not reached in 20 updates: batch 50's episodes (6,350 = 22 updates of 300) or its 127 updates
+    assert [(r["kind"], r["updates"], r["at_least"]) for r in found] == [
+        ("assumed_same_episodes", 22, 21),
+        ("assumed_same_updates", 127, 21),
+    ]
+    b300["measured_to"] = reached(40, 300)  # went past 22 updates without reaching it: no fewer than 41
+    assert [r["updates"] for r in milestones.updates_to({"50": b50, "300": b300}, 300, "running_reward_0")] == [41, 127]
+    b300["running_reward_0"] = reached(57, 300)
+    [measured] = milestones.updates_to({"50": b50, "300": b300}, 300, "running_reward_0")
+    assert (measured["kind"], measured["updates"], measured["run"]) == ("measured", 57, "b300")
+    assert milestones.updates_to({"50": b50, "300": b300}, 300, "play_criterion") == []
+
+
+def test_plan_prints_a_measured_milestone_as_measured(tmp_path):
+    copy = tmp_path / "plan_inputs.json"
+    copy.write_text(pathlib.Path(inputs.INPUTS).read_text())
+    made = run(["make", "plan-inputs", f"MILESTONES={SHIPPED_RUN}", f"ARGS=--inputs {copy}"], clean_env(), timeout=120)
+    assert made.returncode == 0, made.stdout + made.stderr
+    at = {}
+    for batch in (50, 300):
+        planned = run(
+            ["make", "plan", "NODES=1", "CPUS=2", f"BATCH={batch}", f"ARGS=--inputs {copy}"], clean_env(), timeout=120
+        )
+        assert planned.returncode == 0, planned.stdout + planned.stderr
+        at[batch] = [fields(ln) for ln in planned.stdout.splitlines() if ln.startswith("milestone ")]
+    zero = [m for m in at[50] if m["name"] == "running_reward_0"]
+    assert [(m["kind"], m["updates"]) for m in zero] == [("measured", "127")]
+    assert float(zero[0]["dollars"]) > 0 and float(zero[0]["hours"]) > 1  # 36 M env steps on 2 cores
+    assert {m["kind"] for m in at[300] if m["name"] != "play_criterion"} == {
+        "assumed_same_episodes",
+        "assumed_same_updates",
+    }
+    assert [m["reason"] for m in at[50] if m["name"] == "play_criterion"] == ["no_run_reached_it"]

@@ -3,7 +3,7 @@
 from pgpong.cli import Parser, at_least, fail
 from pgpong.logline import kv
 
-from . import PlanError, calibration, inputs, model, report
+from . import PlanError, calibration, inputs, milestones, model, report
 
 
 def parser():
@@ -36,6 +36,18 @@ def parser():
     i = sub.add_parser("inputs", help="rebuild the inputs: the learning part from a run, the rest from a calibration")
     i.add_argument("--run", help="a run dir (a folder, s3://..., or an exported run): the learning part")
     i.add_argument("--calibration", help="a `calibrate` JSON: the core rate and the costs")
+    i.add_argument(
+        "--milestones",
+        action="append",
+        default=[],
+        help="a run whose milestones (updates to a running reward of 0 and +2) stand for its batch size; repeatable",
+    )
+    i.add_argument(
+        "--play-update",
+        type=at_least(1),
+        help="the update of the last --milestones run whose checkpoint met the play criterion",
+    )
+    i.add_argument("--play-source", help="where those games are recorded (with --play-update)")
     i.add_argument("--inputs", default=inputs.INPUTS, help="the file to rebuild (default: plan_inputs.json)")
     i.set_defaults(command=rebuild)
 
@@ -61,12 +73,26 @@ def project(a):
         price = report.price_of(a.cluster, a.prices)
     result, stages = model.project(found, a.nodes, a.cpus, a.batch_size, a.core_rate, a.network_gbps, a.samples, a.seed)
     report.report(found, a.inputs, result, stages, price)
+    for name in milestones.NAMES:
+        readings = milestones.updates_to(found.get("milestones", {}), a.batch_size, name)
+        for r in readings:
+            r["seconds"] = model.seconds_for_updates(stages, a.batch_size, r["updates"])
+        report.milestone(name, a.batch_size, readings, result["nodes"] * price.usd_per_node_hour)
 
 
 def rebuild(a):
-    if not (a.run or a.calibration):
-        raise PlanError("pass --run <run dir>, --calibration <file>, or both")
-    built = inputs.build_inputs(a.inputs, a.run, a.calibration)
+    if not (a.run or a.calibration or a.milestones):
+        raise PlanError("pass --run <run dir>, --calibration <file>, --milestones <run dir>, or several")
+    if a.play_update is not None and not a.milestones:
+        raise PlanError("--play-update needs --milestones <the run whose checkpoint was played>")
+    built = inputs.build_inputs(a.inputs, a.run, a.calibration, a.milestones, a.play_update, a.play_source)
+    for batch, found in sorted(built.get("milestones", {}).items(), key=lambda item: int(item[0])):
+        reached = {n: (found[n] or {}).get("update", "not_yet") for n in milestones.NAMES}
+        print(
+            kv("milestones", batch_size=batch, measured_to=found["measured_to"]["update"], run=found["run"], **reached)
+        )
+    if not a.run and not a.calibration:
+        return
     ln = built["learning"]
     print(
         kv(

@@ -20,7 +20,7 @@ import numpy as np
 from pgpong.run import Run
 from pgpong.store import StoreError
 
-from . import PlanError
+from . import PlanError, milestones
 from .model import QUANTILES, quantile_mean
 
 INPUTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plan_inputs.json")
@@ -201,8 +201,26 @@ def core_inputs(calibration):
     }
 
 
-def build_inputs(path, run_dir=None, calibration_path=None):
-    """Rebuild the parts of the inputs file given: the learning part from a run, the rest from a calibration."""
+def milestone_inputs(run_dir, play_update=None, play_source=None):
+    """The milestones one run measured (milestones.measure), from its metrics."""
+    run = Run(run_dir)
+    try:
+        records = run.metrics()
+        config, _ = run.config()
+    except (OSError, StoreError) as e:
+        raise PlanError(f"cannot read the metrics of {run.path} ({e}); pass a trainer's --run-dir") from None
+    if not records:
+        raise PlanError(f"{run.path} has no complete update yet")
+    try:
+        return milestones.measure(records, config, str(run_dir), play_update, play_source)
+    except ValueError as e:
+        raise PlanError(f"--play-update {play_update}: {e}") from None
+
+
+def build_inputs(path, run_dir=None, calibration_path=None, milestones_of=(), play_update=None, play_source=None):
+    """Rebuild the parts of the inputs file given: the learning part from a run, the rest from a
+    calibration, and the milestones of each run in milestones_of (by its batch size; --play-update
+    belongs to the last of them)."""
     inputs = load_inputs(path) if os.path.exists(path) else {}
     inputs["about"] = (
         "Inputs of pongtools.plan, measured on the dev machine; "
@@ -216,6 +234,10 @@ def build_inputs(path, run_dir=None, calibration_path=None):
     if run_dir:
         inputs["learning"] = learning_inputs(run_dir, inputs.get("reference"))
         inputs["learning"]["command"] = f"python -m pongtools.plan inputs --run {run_dir}"
+    for i, other in enumerate(milestones_of):
+        last = i == len(milestones_of) - 1
+        found = milestone_inputs(other, play_update if last else None, play_source if last else None)
+        inputs.setdefault("milestones", {})[str(found["config"]["batch_size"])] = found
     missing = {"core", "costs", "learning"} - set(inputs)
     if missing:
         raise PlanError(f"{path} still lacks {', '.join(sorted(missing))}; pass --calibration and --run")

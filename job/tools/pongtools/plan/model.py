@@ -117,3 +117,8 @@ def project(inputs, nodes, cpus, batch_size, core_rate=None, network_gbps=NETWOR
         "updates_to_win_same_updates": len(same_updates) if target else None,
         "hours_to_win_same_updates": sum(same_updates) / 3600 if target else None,
     }, stages
+
+
+def seconds_for_updates(stages, batch_size, updates):
+    """Seconds of `updates` updates from the start of a run, each in the stage of its first episode."""
+    return sum(stage_of(stages, u * batch_size)["update"]["seconds"] for u in range(updates))

@@ -160,3 +160,26 @@ def report(inputs, inputs_path, result, stages, price, out=print):
                 dollars_per_hour=dollars_per_hour,
             )
         )
+
+
+def milestone(name, batch_size, readings, dollars_per_hour, out=print):
+    """One line per reading of the updates to a milestone (milestones.updates_to), with its hours and dollars."""
+    if not readings:
+        out(kv("milestone", name=name, batch_size=batch_size, updates="unknown", reason="no_run_reached_it"))
+    for r in readings:
+        hours = r["seconds"] / 3600
+        out(
+            kv(
+                "milestone",
+                name=name,
+                batch_size=batch_size,
+                updates=r["updates"],
+                episodes=r["updates"] * batch_size,
+                kind=r["kind"],
+                hours=hours,
+                dollars=hours * dollars_per_hour,
+                **({"at_least_updates": r["at_least"]} if "at_least" in r else {}),
+                from_batch_size=r["from_batch_size"],
+                run=r["run"],
+            )
+        )
