@@ -150,6 +150,16 @@ def test_plan_prints_each_answer_with_its_inputs():
     assert seconds == pytest.approx(mean, rel=1e-3)
 
 
+def test_plan_measures_the_core_rate_itself_and_projects_with_it():
+    proc = run_plan("project", "--nodes", "1", "--cpus", "2", "--batch-size", "10", "--measure-core", "5")
+    assert proc.returncode == 0, proc.stderr
+    [core] = [fields(ln) for ln in proc.stdout.splitlines() if ln.startswith("core ")]
+    assert core["source"] == "measured_now" and float(core["env_steps_per_s"]) > 100
+    [per_update] = [fields(ln) for ln in proc.stdout.splitlines() if ln.startswith("seconds_per_update=")]
+    assert per_update["core_env_steps_per_s"] == core["env_steps_per_s"]
+    assert per_update["core_rate_source"] == "measured_now"
+
+
 def test_more_actors_make_an_update_faster_until_the_batch_runs_out():
     found = inputs.load_inputs()
     seconds = [model.project(found, nodes, 18, 300, samples=20)[0]["seconds_per_update"] for nodes in (1, 5, 11, 17)]
@@ -168,7 +178,10 @@ def test_more_actors_make_an_update_faster_until_the_batch_runs_out():
         (["project", "--prices", "/nonexistent.yaml"], "cannot read the prices in /nonexistent.yaml"),
         ([], "python -m pongtools.plan: error: the following arguments are required"),
         (["nodes"], "argument {project,inputs,calibrate,probe}: invalid choice: 'nodes'"),
-        (["inputs"], "pass --run <run dir>, --calibration <file>, or both"),
+        (["inputs"], "pass --run <run dir>, --calibration <file>, --milestones <run dir>, or several"),
+        (["inputs", "--play-update", "3"], "--play-update needs --milestones <the run whose checkpoint was played>"),
+        (["project", "--measure-core", "0"], "argument --measure-core: must be a whole number >= 1, not '0'"),
+        (["project", "--measure-core", "5", "--core-rate", "9"], "not allowed with argument --measure-core"),
         (["inputs", "--run", "/nonexistent/run"], "/nonexistent/run has no metrics.jsonl"),
         (["calibrate", "--out", "x.json"], "python -m pongtools.plan calibrate: error: the following arguments"),
     ],

@@ -19,7 +19,16 @@ def parser():
     )
     q.add_argument("--prices", default="infra/prices.yaml", help="the price file (default infra/prices.yaml)")
     q.add_argument("--usd-per-node-hour", type=float, help="price of one node an hour, instead of the cluster YAML's")
-    q.add_argument("--core-rate", type=float, help="agent steps/s of one core, instead of the measured one")
+    rate = q.add_mutually_exclusive_group()
+    rate.add_argument("--core-rate", type=float, help="agent steps/s of one core, instead of the inputs' one")
+    rate.add_argument(
+        "--measure-core",
+        type=at_least(1),
+        nargs="?",
+        const=40,
+        metavar="SECONDS",
+        help="measure this machine's core rate now, every core playing episodes for SECONDS (default 40)",
+    )
     q.add_argument(
         "--network-gbps",
         type=float,
@@ -67,6 +76,9 @@ def parser():
 
 def project(a):
     found = inputs.load_inputs(a.inputs)
+    if a.measure_core:
+        found["core"] = calibration.measure_core(a.measure_core)
+        print(kv("core", **found["core"]), flush=True)
     if a.usd_per_node_hour is not None:
         price = report.given_price(a.usd_per_node_hour)
     else:
@@ -81,10 +93,10 @@ def project(a):
 
 
 def rebuild(a):
-    if not (a.run or a.calibration or a.milestones):
-        raise PlanError("pass --run <run dir>, --calibration <file>, --milestones <run dir>, or several")
     if a.play_update is not None and not a.milestones:
         raise PlanError("--play-update needs --milestones <the run whose checkpoint was played>")
+    if not (a.run or a.calibration or a.milestones):
+        raise PlanError("pass --run <run dir>, --calibration <file>, --milestones <run dir>, or several")
     built = inputs.build_inputs(a.inputs, a.run, a.calibration, a.milestones, a.play_update, a.play_source)
     for batch, found in sorted(built.get("milestones", {}).items(), key=lambda item: int(item[0])):
         reached = {n: (found[n] or {}).get("update", "not_yet") for n in milestones.NAMES}

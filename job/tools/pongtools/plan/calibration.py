@@ -187,6 +187,47 @@ def calibrate(out_path, work_dir, runs=((10, 20), (300, 2)), workers=2):
         prober.wait()
 
 
+def measure_core(seconds=40.0, processes=None):
+    """This machine's core rate now: one probe per core (os.cpu_count()), all playing episodes
+    for `seconds`, as a node's actors keep every core busy. Returns the mean agent steps per
+    wall-second of one probe over the window, with how it was measured."""
+    import signal
+    import tempfile
+
+    processes = processes or os.cpu_count()
+    with tempfile.TemporaryDirectory() as work:
+        logs = [os.path.join(work, f"probe-{i}.jsonl") for i in range(processes)]
+        probes = [
+            subprocess.Popen([sys.executable, "-m", "pongtools.plan", "probe", "--log", log], env=dict(os.environ))
+            for log in logs
+        ]
+        try:
+            deadline = time.time() + 60
+            while not all(os.path.exists(log) for log in logs):  # each has compiled and played one episode
+                if time.time() > deadline or any(p.poll() is not None for p in probes):
+                    raise RuntimeError("the core-rate probes did not start")
+                time.sleep(0.5)
+            start = time.time()
+            time.sleep(seconds)
+            end = time.time()
+        finally:
+            for p in probes:
+                p.send_signal(signal.SIGTERM)
+            for p in probes:
+                p.wait()
+        episodes = []
+        for log in logs:
+            with open(log) as f:
+                episodes += [json.loads(ln) for ln in f]
+    return {
+        "env_steps_per_s": round(probe_rate(episodes, start, end, processes), 1),
+        "source": "measured_now",
+        "kind": f"agent steps per second of each of {processes} probe processes playing at once for {seconds:g} s",
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine(),
+    }
+
+
 def machine():
     """One line about this machine: CPU model, cores, host name, load."""
     import platform
