@@ -96,6 +96,22 @@ def test_compare_reads_each_runs_reward_at_the_milestones(tiny_run):
     assert line["at_1"] == f"{records[0]['running_reward']:.2f}@u1" and line["at_5"] == "-"
 
 
+def test_compare_puts_batch_sizes_side_by_side_by_episodes_and_by_updates(tmp_path):
+    """Two committed runs of batch 50 and 300: the same updates are 6x the episodes at batch 300."""
+    runs = [REPO / "job" / "tools" / "runs" / "lr" / n for n in ("b50-lr0.002", "b300-lr0.001")]
+    png = tmp_path / "curves.png"
+    made = make("compare", f"RUNS={' '.join(map(str, runs))}", "AT=1500", f"ARGS=--at-updates 5 --plot {png}")
+    assert made.returncode == 0, made.stderr
+    lines = {ln["batch_size"]: ln for ln in map(fields, only(made.stdout, "compare "))}
+    for batch, path in zip(("50", "300"), runs, strict=True):
+        records = Run(path).metrics()
+        assert lines[batch]["at_update_5"] == f"{records[4]['running_reward']:.2f}"
+        assert lines[batch]["at_1500"] == "{:.2f}@u{}".format(*compare.at_episodes(records, 1500))
+        assert lines[batch]["rmsprop_start"] == "zero"  # made before the field: pg-pong's
+    assert lines["300"]["at_1500"].endswith("@u5") and lines["50"]["at_1500"].endswith("@u30")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+
+
 def test_at_episodes_takes_the_first_update_that_reached_the_milestone():
     records = [{"update": u, "total_episodes": 10 * u, "running_reward": -21 + u} for u in range(1, 6)]
     assert compare.at_episodes(records, 10) == (-20, 1)

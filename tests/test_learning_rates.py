@@ -13,40 +13,57 @@ from pongtools import compare
 with open(config.RATES_FILE) as f:
     TABLE = json.load(f)
 RUNS = TABLE["runs"]
+RULES = TABLE["rules"]
 
 
-@pytest.mark.parametrize("entry", RUNS, ids=lambda e: f"b{e['batch_size']}-lr{e['learning_rate']:g}")
+def run_id(e):
+    return f"{e['rmsprop_start']}-d{e['rmsprop_decay']:g}-b{e['batch_size']}-lr{e['learning_rate']:g}-s{e['seed']}"
+
+
+@pytest.mark.parametrize("entry", RUNS, ids=run_id)
 def test_every_figure_of_the_table_is_its_runs_committed_metrics(entry):
-    """The table is what the runs measured: recomputed here from each run's metrics in docs/."""
-    records = Run(REPO / entry["run"]).metrics()
-    first = records[0]
-    assert first["episodes"] == entry["batch_size"], "the run is not of this batch size"
-    at = compare.at_episodes(records, TABLE["milestone_episodes"])
-    assert at is not None, f"{entry['run']} never reached {TABLE['milestone_episodes']} episodes"
+    """The table is what the runs measured: recomputed here from each run's committed metrics and
+    config, at the episodes its rule compares runs of that batch size."""
+    run = Run(REPO / entry["run"])
+    records = run.metrics()
+    made_with = config.OPTIMIZER_BEFORE_FIELDS | run.config()[0]  # runs from before the fields: pg-pong's
+    for key in ("batch_size", "learning_rate", "seed", "rmsprop_start", "rmsprop_decay"):
+        assert made_with[key] == entry[key], f"{entry['run']} was made with {key}={made_with[key]!r}"
+    episodes = RULES[entry["rmsprop_start"]]["milestones"][str(entry["batch_size"])]
+    assert entry["episodes"] == episodes
+    at = compare.at_episodes(records, episodes)
+    assert at is not None, f"{entry['run']} never reached {episodes} episodes"
     assert (round(at[0], 2), at[1]) == (entry["running_reward"], entry["update"])
 
 
-def test_the_rule_is_the_best_measured_rate_at_each_batch_size():
+@pytest.mark.parametrize("start", sorted(RULES))
+def test_the_rule_is_the_best_measured_rate_at_each_batch_size(start):
+    """Of the runs with this start and the rule's decay, seed 0, the best rate at each batch size."""
+    rule = RULES[start]
     best = {}
     for e in RUNS:
+        if (e["rmsprop_start"], e["rmsprop_decay"], e["seed"]) != (start, rule["decay"], 0):
+            continue
         if e["batch_size"] not in best or e["running_reward"] > best[e["batch_size"]]["running_reward"]:
             best[e["batch_size"]] = e
-    assert sorted(TABLE["rule"]) == sorted([b, e["learning_rate"]] for b, e in best.items())
+    assert sorted(rule["points"]) == sorted([b, e["learning_rate"]] for b, e in best.items())
     assert len(best) >= 3, "measure at least a small, a middle and a large batch size"
-    assert sum(e["batch_size"] == 300 for e in RUNS) >= 2, "measure at least two rates at batch 300"
+    assert sum(e["batch_size"] == 300 for e in RUNS if e["rmsprop_start"] == start) >= 2, "two rates at batch 300"
+    assert config.Config(rmsprop_start=start).rmsprop_decay == rule["decay"] or start != "corrected"
 
 
-def test_auto_goes_through_each_point_and_in_straight_lines_between_them_on_log_axes():
-    points = config.learning_rate_rule()
+@pytest.mark.parametrize("start", sorted(RULES))
+def test_auto_goes_through_each_point_and_in_straight_lines_between_them_on_log_axes(start):
+    points = config.learning_rate_rule(start)
     for b, r in points:
-        assert config.auto_learning_rate(b) == r
-    assert config.auto_learning_rate(1) == points[0][1]  # outside the measured range: the nearest point
-    assert config.auto_learning_rate(10 * points[-1][0]) == points[-1][1]
+        assert config.auto_learning_rate(b, start) == r
+    assert config.auto_learning_rate(1, start) == points[0][1]  # outside the measured range: the nearest point
+    assert config.auto_learning_rate(10 * points[-1][0], start) == points[-1][1]
     for (b0, r0), (b1, r1) in zip(points, points[1:], strict=False):
         mid = round(math.sqrt(b0 * b1))
         expected = math.exp(math.log(r0) + math.log(mid / b0) / math.log(b1 / b0) * math.log(r1 / r0))
-        assert config.auto_learning_rate(mid) == pytest.approx(expected, rel=1e-2)
-        assert min(r0, r1) <= config.auto_learning_rate(mid) <= max(r0, r1)
+        assert config.auto_learning_rate(mid, start) == pytest.approx(expected, rel=1e-2)
+        assert min(r0, r1) <= config.auto_learning_rate(mid, start) <= max(r0, r1)
 
 
 @pytest.mark.parametrize(
@@ -57,6 +74,7 @@ def test_auto_goes_through_each_point_and_in_straight_lines_between_them_on_log_
         (["--learning-rate", "auto", "--batch-size", "50"], config.auto_learning_rate(50), "auto"),
         (["--learning-rate", "1e-4"], 1e-4, "given"),  # Karpathy's, one flag away
         (["--learning-rate", "3e-3", "--batch-size", "10"], 3e-3, "given"),
+        (["--rmsprop-start", "zero"], config.auto_learning_rate(300, "zero"), "auto"),  # pg-pong's start, its rule
     ],
 )
 def test_the_flag_defaults_to_auto_and_a_number_always_wins(argv, rate, rule):

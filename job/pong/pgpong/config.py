@@ -58,7 +58,7 @@ class Config:
 
     def __post_init__(self):
         if self.learning_rate == "auto":  # resolved once, so the run's config records the number used
-            object.__setattr__(self, "learning_rate", auto_learning_rate(self.batch_size))
+            object.__setattr__(self, "learning_rate", auto_learning_rate(self.batch_size, self.rmsprop_start))
             object.__setattr__(self, "learning_rate_rule", "auto")
 
 
@@ -86,19 +86,20 @@ def _learning_rate(text):
 
 
 @functools.cache
-def learning_rate_rule():
-    """The rule's points [(batch size, learning rate), ...] by batch size, from RATES_FILE."""
+def learning_rate_rule(start="corrected"):
+    """The rule's points [(batch size, learning rate), ...] by batch size for RMSProp's start
+    (Config.rmsprop_start), from RATES_FILE."""
     with open(RATES_FILE) as f:
-        points = sorted((int(b), float(r)) for b, r in json.load(f)["rule"])
+        points = sorted((int(b), float(r)) for b, r in json.load(f)["rules"][start]["points"])
     if not points or any(r <= 0 for _, r in points):
-        raise ValueError(f"{RATES_FILE} has no usable rule")
+        raise ValueError(f"{RATES_FILE} has no usable rule for rmsprop_start={start}")
     return points
 
 
-def auto_learning_rate(batch_size):
+def auto_learning_rate(batch_size, start="corrected"):
     """The measured rule: the best learning rate found at each measured batch size, straight
     lines between them on log-log axes, and the nearest measured one outside their range."""
-    points = learning_rate_rule()
+    points = learning_rate_rule(start)
     sizes = [b for b, _ in points]
     if batch_size <= sizes[0]:
         return points[0][1]

@@ -35,8 +35,14 @@ def at_episodes(records, episodes):
     return None
 
 
-def summary(run, at):
-    """One Run's row: {'run', 'batch_size', 'learning_rate', 'episodes', 'updates', at each milestone}."""
+def at_update(records, update):
+    """(running reward, update) at `update`, or None if the run stopped before it."""
+    return next(((r["running_reward"], r["update"]) for r in records if r["update"] == update), None)
+
+
+def summary(run, at, at_updates=()):
+    """One Run's row: {'run', 'batch_size', 'learning_rate', 'rmsprop_start', 'episodes', 'updates',
+    'records', at each episode milestone, ("u", n) at each update milestone}."""
     records = run.metrics()
     if not records:
         raise OSError(f"{run} has no metrics yet")
@@ -46,13 +52,43 @@ def summary(run, at):
         "run": os.path.basename(run.path.rstrip("/")),
         "batch_size": config.get("batch_size"),
         "learning_rate": config.get("learning_rate"),
+        "rmsprop_start": config.get("rmsprop_start", "zero"),  # a run from before the field: pg-pong's
+        "rmsprop_decay": config.get("rmsprop_decay", 0.99),
         "episodes": last.get("total_episodes"),
         "updates": last["update"],
         "running_reward": last["running_reward"],
+        "records": records,
     }
     for m in at:
         row[m] = at_episodes(records, m)
+    for u in at_updates:
+        row["u", u] = at_update(records, u)
     return row
+
+
+def plot(rows, out):
+    """Running reward against episodes and against updates, one line a run, into one PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    fig, (by_episode, by_update) = plt.subplots(1, 2, figsize=(12, 4.5), dpi=100)
+    for r in rows:
+        label = f"batch {r['batch_size']}, lr {r['learning_rate']:g}, {r['rmsprop_start']} start ({r['run']})"
+        reward = [m["running_reward"] for m in r["records"]]
+        by_episode.plot([m["total_episodes"] for m in r["records"]], reward, label=label)
+        by_update.plot([m["update"] for m in r["records"]], reward, label=label)
+    for ax, x in ((by_episode, "episodes"), (by_update, "updates (RMSProp steps)")):
+        ax.set_xlabel(x)
+        ax.set_ylabel("running reward")
+        ax.axhline(0, color="grey", lw=0.5)
+        ax.grid(alpha=0.3)
+    by_update.set_xscale("log")
+    by_episode.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
 
 
 def main(argv=None):
@@ -64,37 +100,51 @@ def main(argv=None):
         default=[1000, 3000, 6000],
         help="episode milestones (default 1000,3000,6000)",
     )
+    p.add_argument(
+        "--at-updates",
+        type=checked(milestones, "update counts like 5,10,20"),
+        default=[],
+        help="update milestones too: the running reward after the same number of RMSProp steps",
+    )
     p.add_argument("--markdown", action="store_true", help="print a Markdown table instead of key=value lines")
+    p.add_argument("--plot", metavar="PNG", help="also draw every run's running reward by episodes and by updates")
     args = p.parse_args(argv)
     rows = []
     for path in args.runs:
         try:
             run = Run(path)
-            rows.append(summary(run, args.at))
+            rows.append(summary(run, args.at, args.at_updates))
         except (OSError, StoreError, CheckpointError) as e:
             fail(f"cannot read run {path}: {e}")
-    rows.sort(key=lambda r: (r["batch_size"] or 0, r["learning_rate"] or 0))
+    rows.sort(key=lambda r: (r["batch_size"] or 0, r["rmsprop_start"], r["learning_rate"] or 0))
+    if args.plot:
+        plot(rows, args.plot)
 
     def cell(value):
         return "-" if value is None else f"{value[0]:.2f} (update {value[1]})"
 
     if args.markdown:
-        heads = ["run", "batch", "learning rate", *(f"running reward at {m:,} episodes" for m in args.at), "last"]
+        heads = ["run", "batch", "learning rate", "start", *(f"at {m:,} episodes" for m in args.at)]
+        heads += [*(f"at update {u}" for u in args.at_updates), "last"]
         print("| " + " | ".join(heads) + " |")
         print("|" + "---|" * len(heads))
         for r in rows:
             last = f"{r['running_reward']:.2f} at {r['episodes']:,} episodes ({r['updates']} updates)"
-            cells = [r["run"], str(r["batch_size"]), f"{r['learning_rate']:g}", *(cell(r[m]) for m in args.at), last]
+            cells = [r["run"], str(r["batch_size"]), f"{r['learning_rate']:g}", r["rmsprop_start"]]
+            cells += [*(cell(r[m]) for m in args.at), *(cell(r["u", u]) for u in args.at_updates), last]
             print("| " + " | ".join(cells) + " |")
         return
     for r in rows:
         at = {f"at_{m}": "-" if r[m] is None else f"{r[m][0]:.2f}@u{r[m][1]}" for m in args.at}
+        at |= {f"at_update_{u}": "-" if r["u", u] is None else f"{r['u', u][0]:.2f}" for u in args.at_updates}
         print(
             kv(
                 "compare",
                 run=r["run"],
                 batch_size=r["batch_size"],
                 learning_rate=r["learning_rate"],
+                rmsprop_start=r["rmsprop_start"],
+                rmsprop_decay=r["rmsprop_decay"],
                 episodes=r["episodes"],
                 updates=r["updates"],
                 running_reward=r["running_reward"],
