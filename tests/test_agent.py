@@ -6,10 +6,10 @@ import json
 
 import numpy as np
 import pytest
-from conftest import REPO, TOOLS_PATH, clean_env, fields, run, tools_env, trainer_env
+from harness import REPO, TOOLS_PATH, clean_env, fields, only, run, tools_env
+from harness.runs import trainer_env
 from pgpong.run import AGENT_FILE, Run
 from pongtools import compare
-from test_watch import only
 
 pytestmark = pytest.mark.slow
 

@@ -29,9 +29,9 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from conftest import JOB_DIR, TESTING_KEY, fields, moto_server, use_aws
+from harness import JOB_DIR, REPO, fields
+from harness.aws import TESTING_KEY, moto_server, use_aws
 
-REPO = Path(__file__).resolve().parent.parent
 PREFLIGHT = REPO / "infra" / "preflight.py"
 AWS_YAML = REPO / "cluster" / "aws.yaml"
 REGION = "us-west-2"

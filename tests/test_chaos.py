@@ -13,8 +13,10 @@ import time
 import uuid
 
 import pytest
-from conftest import RAY, assert_same_run, cluster_processes, fields, read_metrics, run, train_on, two_node_cluster
-from helpers_jobs import logs, plain_submit, wait_for, wait_until_done
+from harness import RAY, fields, run
+from harness.cluster import logs, plain_submit, two_node_cluster, wait_for, wait_until_done
+from harness.processes import cluster_processes
+from harness.runs import assert_same_run, read_metrics, train_on
 
 ARGS = ["--batch-size", "4", "--workers", "2", "--seed", "17", "--learning-rate", "1e-3", "--checkpoint-every", "1000"]
 CHAOS_SEED = 2026  # one fixed schedule of delays and victims

@@ -10,16 +10,10 @@ import zipfile
 
 import numpy as np
 import pytest
-from conftest import JOB_DIR, REPO
+from harness import JOB_DIR, REPO
+from harness.runs import make_state
 from pgpong import checkpoint, policy
 from pgpong.run import Run
-
-
-def make_state(update, seed=0, env="Pong-v0"):
-    params = policy.init_params(np.random.default_rng(seed))
-    cache = {k: np.abs(v) * 0.5 for k, v in params.items()}
-    cfg = {"env": env, "seed": seed, "batch_size": 4}
-    return checkpoint.State(params, cache, update, 4 * update, 1000 * update, -20.5, 12.5, 2 * update, config=cfg)
 
 
 def test_round_trip_keeps_everything_needed_to_resume(tmp_path):

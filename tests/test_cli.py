@@ -2,7 +2,7 @@
 reader, and a bad flag to any tool answered in one line with exit status 2."""
 
 import pytest
-from conftest import clean_env, run
+from harness import clean_env, run
 from pgpong.logline import fields, kv
 
 

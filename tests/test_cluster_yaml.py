@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, THREADS, read_env_file
+from harness import REPO, THREADS, read_env_file
 from ray.autoscaler._private.util import prepare_config, validate_config
 from ray.autoscaler.sdk import get_docker_host_mount_location
 

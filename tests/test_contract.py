@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import THREADS, fields
-from helpers_jobs import JOB, job, logs, plain_submit, wait_until_done
+from harness import JOB_DIR, THREADS, fields
+from harness.cluster import job, logs, plain_submit, wait_until_done
 
 
 def test_runtime_env_threads_are_those_of_threads_env():
-    env = yaml.safe_load((JOB / "runtime_env.yaml").read_text())
+    env = yaml.safe_load((JOB_DIR / "runtime_env.yaml").read_text())
     assert set(env) == {"env_vars"}
     assert {k: env["env_vars"][k] for k in THREADS} == THREADS
     assert int(env["env_vars"]["RAY_JOB_STOP_WAIT_TIME_S"]) >= 30
@@ -42,8 +42,8 @@ def test_plain_ray_job_submit_uploads_only_the_package_and_gets_the_settings(ray
         f"runs/planted-{tag}.npz",
     ]
     for name in planted:
-        (JOB / name).parent.mkdir(exist_ok=True)
-        (JOB / name).write_text("stays home\n")
+        (JOB_DIR / name).parent.mkdir(exist_ok=True)
+        (JOB_DIR / name).write_text("stays home\n")
     submission = f"contract-{tag}"
     try:
         plain_submit(
@@ -61,9 +61,9 @@ def test_plain_ray_job_submit_uploads_only_the_package_and_gets_the_settings(ray
         status = wait_until_done(ray_cluster, submission)
     finally:
         for name in planted:
-            (JOB / name).unlink()
-        if not any((JOB / "runs").iterdir()):
-            (JOB / "runs").rmdir()
+            (JOB_DIR / name).unlink()
+        if not any((JOB_DIR / "runs").iterdir()):
+            (JOB_DIR / "runs").rmdir()
     text = logs(ray_cluster, submission)
     assert status == "SUCCEEDED", text[-3000:]
     assert any(line.startswith("done ") and fields(line)["updates"] == "1" for line in text.splitlines()), text
@@ -78,6 +78,6 @@ def test_plain_ray_job_submit_uploads_only_the_package_and_gets_the_settings(ray
     env_vars = job(ray_cluster, submission)["runtime_env"]["env_vars"]
     assert (
         env_vars["RAY_JOB_STOP_WAIT_TIME_S"]
-        == yaml.safe_load((JOB / "runtime_env.yaml").read_text())["env_vars"]["RAY_JOB_STOP_WAIT_TIME_S"]
+        == yaml.safe_load((JOB_DIR / "runtime_env.yaml").read_text())["env_vars"]["RAY_JOB_STOP_WAIT_TIME_S"]
     )
-    assert env_vars["PYTHONUNBUFFERED"] == "1" and os.path.isfile(JOB / ".rayignore")
+    assert env_vars["PYTHONUNBUFFERED"] == "1" and os.path.isfile(JOB_DIR / ".rayignore")

@@ -29,14 +29,12 @@ import re
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
 import pytest
-from conftest import THREADS, clean_env, fields, ray_head, trainer_env
+from harness import JOB_DIR, REPO, THREADS, TOOLS_DIR, clean_env, fields
+from harness.cluster import ray_head
+from harness.runs import trainer_env
 
-REPO = Path(__file__).resolve().parent.parent
-JOB_DIR = REPO / "job" / "pong"
-TOOLS_DIR = REPO / "job" / "tools"
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 # Files whose text may cite a docs section: the code, the Makefile, configs, the docs.
 CITING = [

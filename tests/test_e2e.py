@@ -5,7 +5,7 @@ import re
 import time
 
 import pytest
-from conftest import RAY, fields, run
+from harness import RAY, fields, run
 
 JOB_TIMEOUT_S = 600
 

@@ -3,7 +3,7 @@ worker count or the order in which actors, nodes and replays contributed."""
 
 import numpy as np
 import pytest
-from conftest import assert_same_run, read_metrics, train_locally
+from harness.runs import assert_same_run, read_metrics, train_locally
 from pgpong import policy, rollout
 from pgpong.run import Run
 

@@ -14,18 +14,10 @@ import time
 
 import numpy as np
 import pytest
-from conftest import (
-    JOB_DIR,
-    assert_same_run,
-    aws_env,
-    fields,
-    iam_user,
-    moto_with_iam,
-    read_metrics,
-    stop_job,
-    trainer_env,
-    use_aws,
-)
+from harness import JOB_DIR, RAY, fields, run
+from harness.aws import aws_env, iam_user, moto_with_iam, use_aws
+from harness.cluster import stop_job, wait_until_done
+from harness.runs import assert_same_run, read_metrics, trainer_env
 from pgpong import policy
 from pgpong.pool import RolloutPool
 
@@ -185,8 +177,6 @@ class LogFollower:
         import subprocess
         import threading
 
-        from conftest import RAY
-
         self.lines, self.seen = queue.Queue(), []
         self.proc = subprocess.Popen(
             [RAY, "job", "logs", job_id, "--follow"],
@@ -234,9 +224,6 @@ def driver_pids(marker):
 
 @pytest.mark.slow
 def test_a_killed_driver_resumes_from_its_last_checkpoint_counting_nothing_twice(ray_cluster, tmp_path, uninterrupted):
-    from conftest import run
-    from helpers_jobs import wait_until_done
-
     run_dir = str(tmp_path / "run")
     env = ray_cluster.client_env(LAST_JOB_FILE=str(tmp_path / "last-job"))
     args = ["--batch-size", "2", "--workers", "2", "--seed", "5", "--checkpoint-every", "2"]

@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, THREADS, missing, read_env_file
+from harness import REPO, THREADS, missing, read_env_file
 
 sys.path.insert(0, str(REPO / "infra"))
 from check_image import read_lock  # noqa: E402
@@ -124,9 +124,9 @@ def image_id():
 
 
 def test_a_missing_component_skips_here_and_fails_under_ci(tmp_path):
-    """conftest.missing(): what the docker test calls when no engine answers."""
+    """harness.missing(): what the docker test calls when no engine answers."""
     (tmp_path / "test_needs_it.py").write_text(
-        f"import sys\nsys.path.insert(0, {str(REPO / 'tests')!r})\nfrom conftest import missing\n\n\n"
+        f"import sys\nsys.path.insert(0, {str(REPO / 'tests')!r})\nfrom harness import missing\n\n\n"
         "def test_needs_it():\n    missing('no such engine here')\n"
     )
     outcomes = {}

@@ -8,8 +8,9 @@ import json
 import uuid
 
 import pytest
-from conftest import RAY, assert_same_run, fields, run
-from helpers_jobs import job, plain_submit, wait_for, wait_until_done
+from harness import RAY, fields, run
+from harness.cluster import job, plain_submit, wait_for, wait_until_done
+from harness.runs import assert_same_run
 
 
 def line(text, prefix):

@@ -1,13 +1,14 @@
 """Each thing where its name says (docs/development.md, Layout): the top level, docs/ for pages and
-pictures, run data in job/tools/runs/ with at most one full checkpoint, and which package may
-import which."""
+pictures, run data in job/tools/runs/ with at most one full checkpoint, which package may
+import which, and the tests by role (tests/harness/ for what tests import, conftest.py for
+fixtures and hooks)."""
 
 import ast
 import json
 import subprocess
 import zipfile
 
-from conftest import REPO
+from harness import REPO
 
 TOP_LEVEL = {"cluster", "job", "infra", "tests", "docs", ".ci", "Makefile", "README.md", "pyproject.toml", "LICENSE"}
 TOP_LEVEL |= {".gitignore"}
@@ -53,10 +54,12 @@ def test_the_tree_holds_at_most_one_full_checkpoint():
     assert all(f.startswith("job/tools/runs/") for f in full), full
 
 
-def imports(path):
-    """The top-level package of every module a Python file imports (at the top or in a function)."""
+def imports(path, top_only=False):
+    """The top-level package of every module a Python file imports (at the top or in a function; with
+    top_only, at the top: what importing the file imports)."""
+    tree = ast.parse(path.read_text())
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in tree.body if top_only else ast.walk(tree):
         if isinstance(node, ast.Import):
             found |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0:
@@ -86,3 +89,42 @@ def test_every_kept_run_reads_as_a_run():
         assert records and records[-1]["update"] >= 1 and config.get("batch_size") == records[0]["episodes"], folder
     rates = json.loads((REPO / "job/pong/pgpong/learning_rates.json").read_text())
     assert {REPO / r["run"] for r in rates["runs"]} <= set(runs)
+
+
+def test_no_test_module_imports_another_nor_conftest():
+    """What tests share is in tests/harness/, by role; a test module or the harness that imports a test
+    module (or conftest.py, which pytest imports itself) chains the tests together again."""
+    tests = REPO / "tests"
+    modules = {p.stem for p in tests.glob("test_*.py")} | {"conftest"}
+    wrong = []
+    for path in sorted([*tests.glob("*.py"), *(tests / "harness").rglob("*.py")]):
+        bad = imports(path) & modules
+        wrong += [f"{path.relative_to(REPO)} imports {sorted(bad)}"] if bad else []
+    assert not wrong, f"move what they share into tests/harness/: {wrong}"
+
+
+def is_hook_or_fixture(node):
+    """A pytest hook (pytest_*) or a function under @pytest.fixture."""
+    decorators = [d.func if isinstance(d, ast.Call) else d for d in node.decorator_list]
+    fixture = any(ast.unparse(d) in ("pytest.fixture", "fixture") for d in decorators)
+    return isinstance(node, ast.FunctionDef) and (node.name.startswith("pytest_") or fixture)
+
+
+def test_conftest_holds_only_fixtures_and_hooks():
+    """A plain function or class in conftest.py belongs in tests/harness/; pytest's hooks and fixtures stay.
+    (Functions inside a fixture are its own.)"""
+    module = ast.parse((REPO / "tests" / "conftest.py").read_text())
+    defined = [n for n in module.body if isinstance(n, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)]
+    plain = [n.name for n in defined if not is_hook_or_fixture(n)]
+    assert not plain, f"conftest.py holds fixtures and hooks only; move these to tests/harness/: {plain}"
+
+
+def test_the_harness_imports_neither_numpy_nor_ray_at_its_top():
+    """conftest.py sets the suite's environment (token auth, thread presets) in pytest_configure, after it
+    and the harness are imported and before any test module is: Ray and OpenBLAS read it when first imported."""
+    early = [REPO / "tests" / "conftest.py", *sorted((REPO / "tests" / "harness").rglob("*.py"))]
+    wrong = []
+    for path in early:
+        bad = imports(path, top_only=True) & {"numpy", "ray", "pgpong", "pongtools"}
+        wrong += [f"{path.relative_to(REPO)} imports {sorted(bad)}"] if bad else []
+    assert not wrong, f"import these inside the functions that use them: {wrong}"

@@ -5,7 +5,7 @@ import json
 import math
 
 import pytest
-from conftest import REPO
+from harness import REPO
 from pgpong import config, train
 from pgpong.run import Run
 from pongtools import compare

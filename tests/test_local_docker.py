@@ -48,7 +48,8 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from conftest import PORT_ATTEMPTS, RAY, REPO, clean_env, fields, free_port, run, with_new_ports
+from harness import RAY, REPO, clean_env, fields, run
+from harness.processes import PORT_ATTEMPTS, free_port, with_new_ports
 from ray.autoscaler.sdk import get_docker_host_mount_location
 
 LOCAL_YAML = REPO / "cluster" / "local.yaml"

@@ -13,7 +13,7 @@ import re
 import sys
 
 import pytest
-from conftest import REPO
+from harness import REPO
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version

@@ -11,7 +11,8 @@ import sys
 import numpy as np
 import pytest
 import yaml
-from conftest import JOB_DIR, REPO, TOOLS_DIR, clean_env, fields, run, train_locally
+from harness import JOB_DIR, REPO, TOOLS_DIR, clean_env, fields, run
+from harness.runs import train_locally
 from pgpong import config, train
 from pgpong.run import Run
 from pongtools.plan import calibration, inputs, milestones, model, report

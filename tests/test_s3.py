@@ -3,31 +3,10 @@
 import json
 
 import pytest
-from conftest import TESTING_KEY, moto_server, train_locally, use_aws
+from harness.aws import iam_user, moto_with_iam, use_aws
+from harness.runs import make_state, train_locally
 from pgpong.run import SEGMENT_UPDATES, Run
 from pgpong.store import StoreError
-from test_checkpoint import make_state
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint():
-    with moto_server() as endpoint:
-        yield endpoint
-
-
-@pytest.fixture
-def s3(s3_endpoint, monkeypatch):
-    """Made-up credentials for the local endpoint, a fresh bucket 'runs', and the environment for children."""
-    use_aws(monkeypatch, s3_endpoint, TESTING_KEY)
-    import boto3
-
-    client = boto3.client("s3")
-    for bucket in client.list_buckets()["Buckets"]:
-        for obj in client.list_objects_v2(Bucket=bucket["Name"]).get("Contents", []):
-            client.delete_object(Bucket=bucket["Name"], Key=obj["Key"])
-        client.delete_bucket(Bucket=bucket["Name"])
-    client.create_bucket(Bucket="runs")
-    return client
 
 
 def keys(client, prefix):
@@ -145,7 +124,6 @@ def test_the_trainer_checkpoints_to_s3_and_resumes_from_it(s3):
 def test_a_bucket_that_denies_access_is_one_clear_line(tmp_path, monkeypatch):
     """A moto server of its own that checks IAM (after 4 unchecked setup calls), and a user with no S3 rights."""
     import boto3
-    from conftest import iam_user, moto_with_iam
 
     server, endpoint = moto_with_iam(tmp_path)
     try:

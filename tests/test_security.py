@@ -10,7 +10,8 @@ import time
 import zipfile
 
 import pytest
-from conftest import JOB_DIR, REPO, run, stop_job
+from harness import JOB_DIR, REPO, run
+from harness.cluster import stop_job
 
 SECRETS = [
     ".env",

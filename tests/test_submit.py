@@ -9,7 +9,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from conftest import RAY, clean_env, run
+from harness import RAY, REPO, clean_env, run
 
 
 def error_line(result):
@@ -103,8 +103,6 @@ def test_submission_without_token_gets_401_and_creates_no_job(ray_cluster):
 def submit_script(env, *args):
     import subprocess
 
-    from conftest import REPO
-
     return subprocess.Popen(
         [sys.executable, str(REPO / "job" / "submit.py"), *args],
         env=env,
@@ -118,8 +116,6 @@ def submit_script(env, *args):
 def test_submission_ids_made_in_the_same_second_differ():
     import importlib.util
     import time
-
-    from conftest import REPO
 
     spec = importlib.util.spec_from_file_location("submit", REPO / "job" / "submit.py")
     submit = importlib.util.module_from_spec(spec)

@@ -8,7 +8,8 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import JOB_DIR, assert_same_run, read_metrics, train_locally, trainer_env
+from harness import JOB_DIR
+from harness.runs import assert_same_run, read_metrics, train_locally, trainer_env
 from pgpong import config, train
 from pgpong.run import Run
 

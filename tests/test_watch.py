@@ -7,17 +7,12 @@ import urllib.request
 import uuid
 
 import pytest
-from conftest import REPO, clean_env, fields, run, tools_env
+from harness import REPO, clean_env, fields, only, run, tools_env
 from pgpong import watch
 from PIL import Image
 from pongtools import play, plot
-from test_s3 import s3, s3_endpoint  # noqa: F401  (moto's S3 on loopback: a run dir on S3)
 
 METRICS_TIMEOUT_S = 60  # Ray's metrics agent exports what the driver recorded every ~10 s
-
-
-def only(out, prefix):
-    return [line for line in out.splitlines() if line.startswith(prefix)]
 
 
 # -- the trend line ----------------------------------------------------------------

@@ -1,0 +1,85 @@
+"""The test harness: the plain functions and classes that tests import, by role. conftest.py holds
+only fixtures and hooks, and no test module imports another.
+
+    harness            where things are, the environment a command gets, running one, reading its lines
+    harness.processes  free ports, `ray start` in a session of its own, and reaping a cluster's processes
+    harness.cluster    the two-node cluster a test starts, the suite's Ray head, Ray Jobs on a cluster
+    harness.aws        moto's AWS server on loopback, IAM users, pointing a process at it
+    harness.runs       trainer runs in a test, and reading and comparing their run dirs
+
+Nothing here imports numpy, Ray or the job's package at the top of a module: conftest.py sets the
+suite's environment (SUITE_ENV) before any of them is first imported.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+JOB_DIR = REPO / "job" / "pong"  # the job's working dir: `python -m pgpong.train` runs here
+TOOLS_DIR = REPO / "job" / "tools"  # the tools package's folder: `python -m pongtools.plot` with it on the path
+TOOLS_PATH = f"{JOB_DIR}{os.pathsep}{TOOLS_DIR}"  # PYTHONPATH of a tool, as `make plot` sets it
+VENV_BIN = Path(sys.executable).parent
+RAY = str(VENV_BIN / "ray")
+
+
+def read_env_file(path):
+    env = {}
+    for line in Path(path).read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            env[key.strip()] = value.strip()
+    return env
+
+
+THREADS = read_env_file(REPO / "infra" / "threads.env")
+
+# What `make test` exports to every command (the Makefile): token auth and the thread presets.
+SUITE_ENV = {"RAY_AUTH_MODE": "token", **THREADS}
+
+
+def clean_env(**extra):
+    """This process's environment without any Ray client settings, plus extra. RAY_TMPDIR stays: it keeps
+    whatever Ray the command starts inside the suite's temp dir (isolated_home)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_") or k == "RAY_TMPDIR"}
+    for key in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL"):  # when run from `make test`
+        env.pop(key, None)
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.update(extra)
+    return env
+
+
+def tools_env(**extra):
+    """clean_env with the job's package and the tools on PYTHONPATH, as `make plot` runs a tool."""
+    return clean_env(PYTHONPATH=TOOLS_PATH, **extra)
+
+
+def run(command, env, timeout=300, cwd=REPO):
+    """Run a command to completion; returns the CompletedProcess with text output."""
+    return subprocess.run(
+        command, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
+
+
+def fields(line):
+    """{'updates': '2', ...}: the key=value pairs of one log line, read as every reader here reads them
+    (pgpong.logline.fields; imported here, so `python tests/test_docs.py` can set the path first)."""
+    from pgpong.logline import fields as read
+
+    return read(line)
+
+
+def only(out, prefix):
+    """The lines of out that start with prefix."""
+    return [line for line in out.splitlines() if line.startswith(prefix)]
+
+
+def missing(reason):
+    """A component the test needs is absent: skip, saying why; under CI (CI=true) fail instead."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} (CI=true, where a missing component is a failure, not a skip)", pytrace=False)
+    pytest.skip(reason)

@@ -1,0 +1,96 @@
+"""Trainer runs in a test, and their run dirs: `python -m pgpong.train` on the suite's head or on a
+test's cluster, a checkpoint state made up for a test, and two runs compared bit for bit."""
+
+import subprocess
+import sys
+
+from harness import JOB_DIR, THREADS, clean_env
+from harness.cluster import ray_head
+
+# The fields of a metrics line that the seed alone decides. The others are timings, bytes
+# (they depend on the node layout) and what a fault cost (replayed, discarded).
+RESULT_FIELDS = (
+    "update",
+    "episodes",
+    "env_steps",
+    "reward_mean",
+    "reward_min",
+    "reward_max",
+    "running_reward",
+    "episode_len_mean",
+    "total_episodes",
+    "episode_rewards",
+    "episode_steps",
+    "ledger",
+)
+
+
+def trainer_env(**extra):
+    """The environment of a trainer run in a test (`python -m pgpong.train`, `make train`): no RAY_ADDRESS,
+    so ray.init() joins the suite's head; unbuffered, so a reader of its pipe sees each line when printed."""
+    ray_head()
+    return clean_env(RAY_AUTH_MODE="token", PYTHONUNBUFFERED="1", **THREADS, **extra)
+
+
+def run_trainer(args, env, timeout=600):
+    """`python -m pgpong.train ARGS` in the job dir with that environment; its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "pgpong.train", *args],
+        cwd=JOB_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def train_on(cluster, *args, timeout=600):
+    """`python -m pgpong.train ARGS`, its driver here, joined to one of the test's clusters."""
+    env = clean_env(
+        RAY_ADDRESS=cluster.gcs_address,
+        RAY_AUTH_MODE="token",
+        RAY_AUTH_TOKEN_PATH=str(cluster.token_path),
+        PYTHONUNBUFFERED="1",
+        **THREADS,
+    )
+    return run_trainer(args, env, timeout)
+
+
+def train_locally(*args, timeout=600, **extra_env):
+    """`python -m pgpong.train ARGS` in the job dir, on the suite's Ray head (trainer_env)."""
+    return run_trainer(args, trainer_env(**extra_env), timeout)
+
+
+def make_state(update, seed=0, env="Pong-v0"):
+    """A checkpoint's state at `update`, its weights drawn from `seed`, as the trainer would save it."""
+    import numpy as np
+    from pgpong import checkpoint, policy
+
+    params = policy.init_params(np.random.default_rng(seed))
+    cache = {k: np.abs(v) * 0.5 for k, v in params.items()}
+    cfg = {"env": env, "seed": seed, "batch_size": 4}
+    return checkpoint.State(params, cache, update, 4 * update, 1000 * update, -20.5, 12.5, 2 * update, config=cfg)
+
+
+def read_metrics(run_dir):
+    """Every update's metrics record of a run dir, read as the tools and a resume read them."""
+    from pgpong.run import Run
+
+    return Run(run_dir).metrics()
+
+
+def assert_same_run(run_dir, reference_dir):
+    """The newest checkpoints of two run dirs agree bit for bit (weights, RMSProp cache, counters,
+    running reward), and so do their metrics, timings aside."""
+    from pgpong.run import Run
+
+    got, want = (Run(d).load(Run(d).checkpoints()[0]) for d in (run_dir, reference_dir))
+    counters = ("update", "episodes", "env_steps", "running_reward", "rmsprop_steps")
+    assert [getattr(got, k) for k in counters] == [getattr(want, k) for k in counters]
+    for part in ("params", "cache"):
+        for key in ("W1", "W2"):
+            x, y = getattr(got, part)[key], getattr(want, part)[key]
+            assert x.dtype == y.dtype and x.tobytes() == y.tobytes(), f"{part}/{key} differ by up to {abs(x - y).max()}"
+    picked = [[{k: m.get(k) for k in RESULT_FIELDS} for m in read_metrics(d)] for d in (run_dir, reference_dir)]
+    assert picked[0] == picked[1]
