@@ -47,9 +47,11 @@ def test_the_rule_is_the_best_measured_rate_at_each_batch_size(start):
         if e["batch_size"] not in best or e["running_reward"] > best[e["batch_size"]]["running_reward"]:
             best[e["batch_size"]] = e
     assert sorted(rule["points"]) == sorted([b, e["learning_rate"]] for b, e in best.items())
-    assert len(best) >= 3, "measure at least a small, a middle and a large batch size"
-    assert sum(e["batch_size"] == 300 for e in RUNS if e["rmsprop_start"] == start) >= 2, "two rates at batch 300"
-    assert config.Config(rmsprop_start=start).rmsprop_decay == rule["decay"] or start != "corrected"
+    if start == config.Config().rmsprop_start:  # the default's rule, the one every run without flags takes
+        assert len(best) >= 3, "measure at least a small, a middle and a large batch size"
+        assert sum(e["batch_size"] == 300 for e in RUNS if e["rmsprop_start"] == start) >= 2, "two rates at 300"
+    assert len(best) >= 2
+    assert config.Config(rmsprop_start=start).rmsprop_decay == rule["decay"]
 
 
 @pytest.mark.parametrize("start", sorted(RULES))

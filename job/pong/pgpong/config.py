@@ -15,8 +15,10 @@ DEFAULT_RUNS = "~/pong-runs"
 KARPATHY_LEARNING_RATE = 1e-4  # pg-pong's own step size: the reference, one flag away
 DECAY_RATE = 0.99  # pg-pong's RMSProp decay of the squared-gradient average
 # The optimizer fields of a run made before they existed: pg-pong's zero start and decay.
+# RMSProp's start when --rmsprop-start is not given: pg-pong's, until batch 300 has measured
+# the corrected start better over 20 updates (docs/results.md, RMSProp's first steps).
+DEFAULT_START = "zero"
 OPTIMIZER_BEFORE_FIELDS = {"rmsprop_start": "zero", "rmsprop_decay": DECAY_RATE}
-KEPT_ON_RESUME = tuple(OPTIMIZER_BEFORE_FIELDS)  # a resumed run keeps these from its checkpoint
 RATES_FILE = os.path.join(os.path.dirname(__file__), "learning_rates.json")
 
 
@@ -39,7 +41,7 @@ class Config:
     # Not a flag: how learning_rate was chosen, "auto" or "given", kept with the run's config.
     learning_rate_rule: str = dataclasses.field(default="given", metadata={"cli": False})
     rmsprop_start: str = dataclasses.field(
-        default="corrected",
+        default=DEFAULT_START,
         metadata={
             "help": "RMSProp's first steps: corrected = the squared-gradient average divided by its weight "
             "so far (1 - decay^t, as Adam), zero = pg-pong's zero-started cache, about 10x the rate at first; "
@@ -86,7 +88,7 @@ def _learning_rate(text):
 
 
 @functools.cache
-def learning_rate_rule(start="corrected"):
+def learning_rate_rule(start=DEFAULT_START):
     """The rule's points [(batch size, learning rate), ...] by batch size for RMSProp's start
     (Config.rmsprop_start), from RATES_FILE."""
     with open(RATES_FILE) as f:
@@ -96,7 +98,7 @@ def learning_rate_rule(start="corrected"):
     return points
 
 
-def auto_learning_rate(batch_size, start="corrected"):
+def auto_learning_rate(batch_size, start=DEFAULT_START):
     """The measured rule: the best learning rate found at each measured batch size, straight
     lines between them on log-log axes, and the nearest measured one outside their range."""
     points = learning_rate_rule(start)

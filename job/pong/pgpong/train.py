@@ -236,7 +236,7 @@ def initial_state(cfg, run, given=frozenset()):
 
 
 def keep_optimizer(cfg, made_with, given):
-    """A resumed run keeps its optimizer (config.KEPT_ON_RESUME) from made_with, the checkpoint's
+    """A resumed run keeps its optimizer (the fields of config.OPTIMIZER_BEFORE_FIELDS) from made_with, the checkpoint's
     config; a run made before those fields existed used pg-pong's. Another value named on the
     command line would make a different run under the same name: refused."""
     kept = {k: made_with.get(k, before) for k, before in config.OPTIMIZER_BEFORE_FIELDS.items()}
