@@ -57,6 +57,7 @@ def parser():
         help="the update of the last --milestones run whose checkpoint met the play criterion",
     )
     i.add_argument("--play-source", help="where those games are recorded (with --play-update)")
+    i.add_argument("--bench", help="the saved output of a quiet `make bench`: its trainer phase gives the core rate")
     i.add_argument("--inputs", default=inputs.INPUTS, help="the file to rebuild (default: plan_inputs.json)")
     i.set_defaults(command=rebuild)
 
@@ -87,17 +88,20 @@ def project(a):
     report.report(found, a.inputs, result, stages, price)
     for name in milestones.NAMES:
         readings = milestones.updates_to(found.get("milestones", {}), a.batch_size, name)
-        for r in readings:
-            r["seconds"] = model.seconds_for_updates(stages, a.batch_size, r["updates"])
+        for r in readings:  # same updates: played as the other batch size's run played after as many
+            per = r["from_batch_size"] if r["kind"] == "assumed_same_updates" else a.batch_size
+            r["seconds"] = model.seconds_for_updates(stages, per, r["updates"])
         report.milestone(name, a.batch_size, readings, result["nodes"] * price.usd_per_node_hour)
 
 
 def rebuild(a):
     if a.play_update is not None and not a.milestones:
         raise PlanError("--play-update needs --milestones <the run whose checkpoint was played>")
-    if not (a.run or a.calibration or a.milestones):
-        raise PlanError("pass --run <run dir>, --calibration <file>, --milestones <run dir>, or several")
-    built = inputs.build_inputs(a.inputs, a.run, a.calibration, a.milestones, a.play_update, a.play_source)
+    if not (a.run or a.calibration or a.milestones or a.bench):
+        raise PlanError("pass --run <run dir>, --calibration <file>, --milestones <run dir>, --bench <log>, or several")
+    built = inputs.build_inputs(a.inputs, a.run, a.calibration, a.milestones, a.play_update, a.play_source, a.bench)
+    if a.bench:
+        print(kv("core", **{k: v for k, v in built["core"].items() if k != "bench"}))
     for batch, found in sorted(built.get("milestones", {}).items(), key=lambda item: int(item[0])):
         reached = {n: (found[n] or {}).get("update", "not_yet") for n in milestones.NAMES}
         print(

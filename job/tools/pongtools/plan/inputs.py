@@ -76,7 +76,7 @@ def learning_inputs(run_dir, reference=None, stage_episodes=STAGE_EPISODES, win_
         )
     end = int(episodes[-1])
     out = {
-        "run": run.path,
+        "run": str(run_dir),  # as given: a path in the repo stays one
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "batch_size": config.get("batch_size"),
         "learning_rate": config.get("learning_rate"),
@@ -217,7 +217,39 @@ def milestone_inputs(run_dir, play_update=None, play_source=None):
         raise PlanError(f"--play-update {play_update}: {e}") from None
 
 
-def build_inputs(path, run_dir=None, calibration_path=None, milestones_of=(), play_update=None, play_source=None):
+def bench_core(bench_log):
+    """The core rate from a `make bench` output: its trainer phase's env steps per second per core."""
+    from pgpong.logline import fields
+
+    try:
+        with open(bench_log) as f:
+            lines = [fields(ln) for ln in f if ln.startswith("bench ")]
+    except OSError as e:
+        raise PlanError(f"cannot read the bench output {bench_log} ({e})") from None
+    start = next((ln for ln in lines if ln.get("workers") and not ln.get("phase")), {})
+    trainer = [ln for ln in lines if ln.get("phase") == "trainer"]
+    if not trainer:
+        raise PlanError(f"{bench_log} has no 'bench phase=trainer' line; save the whole output of `make bench`")
+    return {
+        "env_steps_per_s": float(trainer[-1]["env_steps_per_s_per_core"]),
+        "source": "make_bench_trainer_phase",
+        "kind": "env steps per second per actor of one batch-300 update on the trainer (make bench's trainer phase)",
+        "bench": {k: trainer[-1][k] for k in ("batch_size", "env_steps", "seconds", "actor_busy") if k in trainer[-1]}
+        | {k: start[k] for k in ("workers", "cpus", "ray") if k in start},
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.path.getmtime(bench_log))),
+        "machine": machine_line(),
+    }
+
+
+def machine_line():
+    from .calibration import machine
+
+    return machine()
+
+
+def build_inputs(
+    path, run_dir=None, calibration_path=None, milestones_of=(), play_update=None, play_source=None, bench_log=None
+):
     """Rebuild the parts of the inputs file given: the learning part from a run, the rest from a
     calibration, and the milestones of each run in milestones_of (by its batch size; --play-update
     belongs to the last of them)."""
@@ -231,6 +263,8 @@ def build_inputs(path, run_dir=None, calibration_path=None, milestones_of=(), pl
             calibration = json.load(f)
         inputs["core"] = core_inputs(calibration)
         inputs["costs"] = cost_inputs(calibration)
+    if bench_log:
+        inputs["core"] = bench_core(bench_log)
     if run_dir:
         inputs["learning"] = learning_inputs(run_dir, inputs.get("reference"))
         inputs["learning"]["command"] = f"python -m pongtools.plan inputs --run {run_dir}"

@@ -119,6 +119,7 @@ def project(inputs, nodes, cpus, batch_size, core_rate=None, network_gbps=NETWOR
     }, stages
 
 
-def seconds_for_updates(stages, batch_size, updates):
-    """Seconds of `updates` updates from the start of a run, each in the stage of its first episode."""
-    return sum(stage_of(stages, u * batch_size)["update"]["seconds"] for u in range(updates))
+def seconds_for_updates(stages, episodes_per_update, updates):
+    """Seconds of `updates` updates from the start of a run, update u in the stage of learning of
+    episode u x episodes_per_update (the batch size, or the batch of the run whose pace it assumes)."""
+    return sum(stage_of(stages, u * episodes_per_update)["update"]["seconds"] for u in range(updates))
