@@ -20,9 +20,11 @@ from harness.runs import train_locally
 def pytest_configure(config):
     """Token auth, the thread presets and the venv's programs first on PATH, as the Makefile exports
     them, set before any test module imports Ray (which reads RAY_AUTH_MODE when first imported) or
-    numpy (OpenBLAS reads its thread count then): a bare `python -m pytest` runs as `make test` does."""
+    numpy (OpenBLAS reads its thread count then): a bare `python -m pytest` runs as `make test` does.
+    The tests' own `make` calls use the venv pytest runs in, unless VENV says otherwise."""
     os.environ.update(SUITE_ENV)
     os.environ["PATH"] = f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"
+    os.environ.setdefault("VENV", str(VENV_BIN.parent))
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
