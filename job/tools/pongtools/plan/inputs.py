@@ -38,6 +38,19 @@ def load_inputs(path=INPUTS):
         raise PlanError(f"{path} is not valid JSON ({e}); rebuild it with `make plan-inputs RUN=<run dir>`") from None
 
 
+def read_run(run_dir):
+    """(metrics records, config) of a run dir, or PlanError in one line."""
+    run = Run(run_dir)
+    try:
+        records = run.metrics()
+        config, _ = run.config()
+    except (OSError, StoreError) as e:
+        raise PlanError(f"cannot read the metrics of {run.path} ({e}); pass RUN=<a trainer's --run-dir>") from None
+    if not records:
+        raise PlanError(f"{run.path} has no complete update yet; wait for the run's first update")
+    return records, config
+
+
 def learning_inputs(run_dir, reference=None, stage_episodes=STAGE_EPISODES, win_reward=WIN_REWARD):
     """Episode-length stages and episodes to win, from one run's metrics (pgpong.run.Run.metrics).
 
@@ -46,14 +59,7 @@ def learning_inputs(run_dir, reference=None, stage_episodes=STAGE_EPISODES, win_
     scaled to the reference's mean length, and, while the run has not won, gives the
     slope to extrapolate from when it reaches further than the run.
     """
-    run = Run(run_dir)
-    try:
-        lines = run.metrics()
-        config, _ = run.config()
-    except (OSError, StoreError) as e:
-        raise PlanError(f"cannot read the metrics of {run.path} ({e}); pass RUN=<a trainer's --run-dir>") from None
-    if not lines:
-        raise PlanError(f"{run.path} has no complete update yet; wait for the run's first update")
+    lines, config = read_run(run_dir)
     lengths = np.concatenate([np.asarray(m["episode_steps"], dtype=float) for m in lines])
     rewards = np.array([m["running_reward"] for m in lines])
     episodes = np.array([m["total_episodes"] for m in lines])
@@ -203,14 +209,7 @@ def core_inputs(calibration):
 
 def milestone_inputs(run_dir, play_update=None, play_source=None):
     """The milestones one run measured (milestones.measure), from its metrics."""
-    run = Run(run_dir)
-    try:
-        records = run.metrics()
-        config, _ = run.config()
-    except (OSError, StoreError) as e:
-        raise PlanError(f"cannot read the metrics of {run.path} ({e}); pass a trainer's --run-dir") from None
-    if not records:
-        raise PlanError(f"{run.path} has no complete update yet")
+    records, config = read_run(run_dir)
     try:
         return milestones.measure(records, config, str(run_dir), play_update, play_source)
     except ValueError as e:
