@@ -15,6 +15,7 @@ import os
 
 from pgpong.checkpoint import CheckpointError
 from pgpong.cli import Parser, checked, fail
+from pgpong.config import OPTIMIZER_BEFORE_FIELDS
 from pgpong.logline import kv
 from pgpong.run import Run
 from pgpong.store import StoreError
@@ -47,13 +48,14 @@ def summary(run, at, at_updates=()):
     if not records:
         raise OSError(f"{run} has no metrics yet")
     config, _ = run.config()
+    config = OPTIMIZER_BEFORE_FIELDS | config  # a run from before the optimizer fields: pg-pong's
     last = records[-1]
     row = {
         "run": os.path.basename(run.path.rstrip("/")),
         "batch_size": config.get("batch_size"),
         "learning_rate": config.get("learning_rate"),
-        "rmsprop_start": config.get("rmsprop_start", "zero"),  # a run from before the field: pg-pong's
-        "rmsprop_decay": config.get("rmsprop_decay", 0.99),
+        "rmsprop_start": config["rmsprop_start"],
+        "rmsprop_decay": config["rmsprop_decay"],
         "episodes": last.get("total_episodes"),
         "updates": last["update"],
         "running_reward": last["running_reward"],

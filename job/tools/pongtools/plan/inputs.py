@@ -21,6 +21,7 @@ from pgpong.run import Run
 from pgpong.store import StoreError
 
 from . import PlanError, milestones
+from .calibration import machine
 from .model import QUANTILES, quantile_mean
 
 INPUTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plan_inputs.json")
@@ -236,14 +237,8 @@ def bench_core(bench_log):
         "bench": {k: trainer[-1][k] for k in ("batch_size", "env_steps", "seconds", "actor_busy") if k in trainer[-1]}
         | {k: start[k] for k in ("workers", "cpus", "ray") if k in start},
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.path.getmtime(bench_log))),
-        "machine": machine_line(),
+        "machine": machine(),
     }
-
-
-def machine_line():
-    from .calibration import machine
-
-    return machine()
 
 
 def build_inputs(

@@ -31,8 +31,8 @@ def point(records, update):
 
 def measure(records, config, run_path, play_update=None, play_source=None):
     """The milestones of one run: each reached one as a point, each other as None."""
-    found = {"run": run_path, "config": {k: config.get(k) for k in ("batch_size", "seed", "learning_rate")}}
-    found["config"] |= {k: config.get(k) for k in ("rmsprop_start", "rmsprop_decay")}
+    kept = ("batch_size", "seed", "learning_rate", "rmsprop_start", "rmsprop_decay")
+    found = {"run": run_path, "config": {k: config.get(k) for k in kept}}
     found["measured_to"] = point(records, records[-1]["update"])
     for name, threshold in THRESHOLDS:
         first = next((r["update"] for r in records if r["running_reward"] >= threshold), None)
