@@ -78,6 +78,9 @@ JOBS = $(notdir $(patsubst %/,%,$(dir $(patsubst %/,%,$(dir $(wildcard job/*/*/t
 # How every tool target runs its tool, $(PONGTOOLS).<tool>: a module of the tools package job/tools/pongtools
 # (never shipped), which imports the job's package pgpong (job/pong).
 PONGTOOLS = PYTHONPATH=job/pong:job/tools python -m pongtools
+# How logs, status, list and stop-job talk to the cluster's Jobs API: job/jobs.py, which says each
+# mistake (no cluster, the token, an unknown ID) in one line where Ray's CLI prints a traceback.
+JOBS_API = RAY_ADDRESS=$(RAY_ADDRESS) LAST_JOB_FILE=$(LAST_JOB_FILE) python job/jobs.py
 
 # Every command below finds the venv's python and ray first, talks to clusters with
 # token authentication, and gets the thread presets (infra/threads.env is KEY=VALUE).
@@ -87,10 +90,6 @@ include infra/threads.env
 export $(shell sed -n 's/^\([A-Z_][A-Z0-9_]*\)=.*/\1/p' infra/threads.env)
 
 # One-line checks shared by several targets.
-define need-token
-if [[ -z "$${RAY_AUTH_TOKEN:-}" && ! -s "$${RAY_AUTH_TOKEN_PATH:-$$HOME/.ray/auth_token}" ]]; then \
-  echo "make: no Ray auth token at $${RAY_AUTH_TOKEN_PATH:-~/.ray/auth_token}; copy the cluster's token there (docs/security.md, Token authentication)" >&2; exit 1; fi
-endef
 define need-id
 if [[ -z "$(ID)" ]]; then \
   echo "make: no submission recorded in $(LAST_JOB_FILE); run \`make submit\` first or pass ID=<submission id>" >&2; exit 1; fi
@@ -226,23 +225,19 @@ submit: $(INSTALLED) ## Submit job/JOB with ARGS; prints its id and the commands
 
 .PHONY: logs
 logs: $(INSTALLED) ## Follow the logs of the latest submission (or ID=...) until it ends
-	@$(need-id); $(need-token)
-	ray job logs --address $(RAY_ADDRESS) --follow $(ID)
+	@$(need-id); $(JOBS_API) logs $(ID)
 
 .PHONY: status
 status: $(INSTALLED) ## Show the status of the latest submission (or ID=...)
-	@$(need-id); $(need-token)
-	ray job status --address $(RAY_ADDRESS) $(ID)
+	@$(need-id); $(JOBS_API) status $(ID)
 
 .PHONY: list
 list: $(INSTALLED) ## List every job the cluster knows
-	@$(need-token)
-	ray list jobs --address $(RAY_ADDRESS)
+	@$(JOBS_API) list
 
 .PHONY: stop-job
 stop-job: $(INSTALLED) ## Stop the latest submission (or ID=...)
-	@$(need-id); $(need-token)
-	ray job stop --address $(RAY_ADDRESS) $(ID)
+	@$(need-id); $(JOBS_API) stop-job $(ID)
 
 ##@ Without a cluster
 

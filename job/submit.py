@@ -86,14 +86,32 @@ def dashboard_address():
     return address.rstrip("/")
 
 
+def token_source():
+    """Where Ray itself looks for the token first: RAY_AUTH_TOKEN, or the file RAY_AUTH_TOKEN_PATH names."""
+    if os.environ.get("RAY_AUTH_TOKEN", "").strip():
+        return "RAY_AUTH_TOKEN"
+    return os.environ.get("RAY_AUTH_TOKEN_PATH") or str(DEFAULT_TOKEN_PATH)
+
+
 def local_token():
     """The token to send, found where Ray itself looks, or None."""
     if os.environ.get("RAY_AUTH_TOKEN", "").strip():
         return os.environ["RAY_AUTH_TOKEN"].strip()
-    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or DEFAULT_TOKEN_PATH)
+    path = Path(token_source())
     if path.is_file() and path.read_text().strip():
         return path.read_text().strip()
     return None
+
+
+def answers(address):
+    """Whether anything answers HTTP at address."""
+    import requests
+
+    try:
+        requests.get(address + "/api/version", timeout=10)
+    except requests.RequestException:
+        return False
+    return True
 
 
 def connect(address):
@@ -110,15 +128,16 @@ def connect(address):
     except ConnectionError:
         raise UserError(f"no Ray cluster answers at {address}; {START_HINT}") from None
     except AuthenticationError:
+        if token is None and not answers(address):  # Ray refused to send no token before it asked anyone
+            raise UserError(f"no Ray cluster answers at {address}; {START_HINT}") from None
         if token is None:
-            where = os.environ.get("RAY_AUTH_TOKEN_PATH") or str(DEFAULT_TOKEN_PATH)
             raise UserError(
-                f"the cluster at {address} requires a token but there is none at {where}; "
+                f"the cluster at {address} requires a token but there is none at {token_source()}; "
                 "copy the cluster's token there (docs/security.md, Token authentication)"
             ) from None
         raise UserError(
-            f"the cluster at {address} rejected the token; "
-            "your local token differs from the cluster's (docs/security.md, Token authentication)"
+            f"the cluster at {address} rejected the token; the one in {token_source()} is not the cluster's: "
+            "copy the cluster's token there (docs/security.md, Token authentication)"
         ) from None
     except (RuntimeError, ValueError, OSError) as e:  # an HTTP server, but not a Ray dashboard
         raise UserError(f"{address} is not a Ray dashboard ({str(e).splitlines()[0]}); {START_HINT}") from None

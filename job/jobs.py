@@ -1,0 +1,130 @@
+"""The jobs on the Ray cluster at RAY_ADDRESS: follow one's logs, show its status, list them, stop one.
+
+    make logs       .venv/bin/python job/jobs.py logs ID       # its logs until it ends; Ctrl-C leaves it running
+    make status     .venv/bin/python job/jobs.py status ID
+    make list       .venv/bin/python job/jobs.py list
+    make stop-job   .venv/bin/python job/jobs.py stop-job ID   # SIGTERM (the trainer saves), then wait for the end
+
+Ray's own CLI does the same (`ray job logs --follow ID`, `ray job status ID`, `ray list jobs`,
+`ray job stop ID`, with RAY_AUTH_MODE=token exported). This adds one line, and exit 1, in
+place of Ray's traceback for each mistake: no cluster at RAY_ADDRESS, a token that is missing
+or not the cluster's, another Ray version (the checks of submit.py's connect) and a job id the
+cluster does not know. A job is shown as one line, `job id=... status=... start=... end=...
+entrypoint="..."`, in the key=value form of every log line (pgpong/logline.py).
+"""
+
+import logging
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+from submit import REPO, UserError, connect, dashboard_address, follow
+
+sys.path.insert(0, str(REPO / "job" / "pong"))  # pgpong's cli and logline: one-line errors, key=value lines
+from pgpong.cli import Parser  # noqa: E402
+from pgpong.logline import kv  # noqa: E402
+
+
+def when(ms):
+    """A job's time (milliseconds since the epoch) as local time, or '-' before it happened."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(ms / 1000)) if ms else "-"
+
+
+def job_line(info, message=False):
+    """One job as one line; with message, the first line of Ray's word on its status."""
+    fields = dict(id=info.submission_id or info.job_id, status=info.status.value)
+    fields.update(start=when(info.start_time), end=when(info.end_time))
+    if info.driver_exit_code is not None:
+        fields["exit_code"] = info.driver_exit_code
+    fields["entrypoint"] = info.entrypoint
+    if message and info.message:  # without the "last available logs" Ray appends to a failure's
+        fields["message"] = re.split(r",? last available logs", info.message.strip().splitlines()[0])[0]
+    return kv("job", **fields)
+
+
+class Cluster:
+    """The cluster's Jobs API, each failure of a request one UserError."""
+
+    def __init__(self, address, last_job_file):
+        self.address, self.last_job_file = address, last_job_file
+        self.client = connect(address)
+        logging.getLogger("ray.dashboard.modules.job.sdk").setLevel(logging.WARNING)  # not its INFO "WebSocket closed"
+
+    def ask(self, request, job_id=None):
+        try:
+            return request()
+        except RuntimeError as e:  # the SDK's word for any HTTP answer but 200
+            if job_id is not None and "status code 404" in str(e):
+                raise UserError(
+                    f"the cluster at {self.address} has no job '{job_id}'; `make list` shows its jobs: pass "
+                    f"ID=<submission id> (without ID, the last submission's, recorded in {self.last_job_file})"
+                ) from None
+            raise UserError(f"the cluster at {self.address} refused: {str(e).splitlines()[0]}") from None
+        except OSError as e:  # requests' ConnectionError and the like: the cluster went away
+            raise UserError(
+                f"lost the cluster at {self.address} ({type(e).__name__}); "
+                "see whether it still runs: `make local-status`, or `make dashboard` for a cloud cluster"
+            ) from None
+
+    def info(self, job_id):
+        return self.ask(lambda: self.client.get_job_info(job_id), job_id)
+
+
+def logs(cluster, job_id):
+    cluster.info(job_id)  # an unknown id is one line here; the log stream would only say 404
+    cluster.ask(lambda: follow(cluster.client, job_id), job_id)
+    print(job_line(cluster.info(job_id)), flush=True)
+
+
+def status(cluster, job_id):
+    print(job_line(cluster.info(job_id), message=True))
+
+
+def list_jobs(cluster, job_id=None):
+    jobs = sorted(cluster.ask(cluster.client.list_jobs), key=lambda info: info.start_time or 0)
+    if not jobs:
+        print(f"list: the cluster at {cluster.address} has no jobs")
+    for info in jobs:
+        print(job_line(info))
+
+
+def stop_job(cluster, job_id):
+    if not cluster.ask(lambda: cluster.client.stop_job(job_id), job_id):
+        print(f"stop-job: job {job_id} had already ended; nothing to stop")
+    else:
+        print(f"stop-job: asked job {job_id} to stop; waiting until it has ended", flush=True)
+        while not cluster.ask(lambda: cluster.client.get_job_status(job_id), job_id).is_terminal():
+            time.sleep(1)
+    print(job_line(cluster.info(job_id)))
+
+
+INTERRUPTED = {
+    "logs": "the job runs on (`make stop-job` stops it)",
+    "stop-job": "the job was asked to stop and may still be saving (`make status` tells when it has ended)",
+}
+COMMANDS = {"logs": logs, "status": status, "list": list_jobs, "stop-job": stop_job}
+
+
+def main(argv=None):
+    parser = Parser(prog="jobs", description="The jobs on the Ray cluster at RAY_ADDRESS.")
+    parser.add_argument("command", choices=COMMANDS)
+    parser.add_argument("id", nargs="?", metavar="ID", help="a submission id (all but list)")
+    args = parser.parse_args(argv)
+    if (args.id is None) != (args.command == "list"):
+        parser.error(f"{args.command} takes {'no ID' if args.command == 'list' else 'one ID'}")
+    last_job_file = Path(os.environ.get("LAST_JOB_FILE") or REPO / ".last-job")
+    try:
+        COMMANDS[args.command](Cluster(dashboard_address(), last_job_file), args.id)
+    except UserError as error:
+        print(f"{args.command}: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # Ctrl-C ends only this command
+        print(f"{args.command}: interrupted; {INTERRUPTED.get(args.command, 'nothing was changed')}", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
