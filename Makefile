@@ -10,6 +10,12 @@ MAKEFLAGS += --no-print-directory
 
 # Cluster launcher config for up/down/dashboard.
 CLUSTER ?= cluster/aws.yaml
+# `make up` and `make preflight`: SPOT=1 puts the workers on spot capacity (the head stays on demand);
+# MIN_WORKERS=N starts N workers (0 up to the YAML's most) and lets the autoscaler add the rest.
+# Either launches a copy of CLUSTER that cluster/variant.py writes into VARIANT_DIR.
+SPOT ?= 0
+MIN_WORKERS ?=
+VARIANT_DIR ?= .cache/cluster
 # A folder under job/: what Ray ships and runs.
 JOB ?= pong
 # Extra arguments for the job's trainer, e.g. ARGS="--updates 10".
@@ -75,6 +81,8 @@ LOCK := $(UV) pip compile --quiet --universal --python-version 3.11 --generate-h
 # The job's package is the folder inside job/$(JOB) that has a train module.
 PACKAGE = $(notdir $(patsubst %/train.py,%,$(wildcard job/$(JOB)/*/train.py)))
 JOBS = $(notdir $(patsubst %/,%,$(dir $(patsubst %/,%,$(dir $(wildcard job/*/*/train.py))))))
+# The launcher config of `make up` and `make preflight`: CLUSTER, or its variant for SPOT or MIN_WORKERS.
+LAUNCH = $(if $(filter-out 0,$(SPOT))$(MIN_WORKERS),$(VARIANT_DIR)/$(basename $(notdir $(CLUSTER)))-spot$(SPOT)$(if $(MIN_WORKERS),-min$(MIN_WORKERS)).yaml,$(CLUSTER))
 # How every tool target runs its tool, $(PONGTOOLS).<tool>: a module of the tools package job/tools/pongtools
 # (never shipped), which imports the job's package pgpong (job/pong).
 PONGTOOLS = PYTHONPATH=job/pong:job/tools python -m pongtools
@@ -97,6 +105,10 @@ endef
 define need-cluster-file
 if [[ ! -f "$(CLUSTER)" ]]; then \
   echo "make: cluster config $(CLUSTER) does not exist; pass CLUSTER=<file.yaml>" >&2; exit 1; fi
+endef
+define write-variant
+if [[ "$(LAUNCH)" != "$(CLUSTER)" ]]; then \
+  PYTHONPATH=job/pong $(BIN)/python cluster/variant.py $(CLUSTER) --spot "$(SPOT)" $(if $(MIN_WORKERS),--min-workers "$(MIN_WORKERS)") --out $(LAUNCH); fi
 endef
 define need-job
 if [[ -z "$(PACKAGE)" ]]; then \
@@ -184,9 +196,10 @@ local-down: $(INSTALLED) ## Stop the head that local-up started, and only it (ot
 ##@ Launched cluster (the launcher config CLUSTER: cluster/aws.yaml, or cluster/local.yaml)
 
 .PHONY: up
-up: $(INSTALLED) token ## Launch or update the cluster: make token, then ray up -y CLUSTER
+up: $(INSTALLED) token ## Launch or update the cluster: make token, then ray up -y CLUSTER (SPOT=1: spot workers; MIN_WORKERS=N)
 	@$(need-cluster-file)
-	ray up -y $(CLUSTER)
+	@$(write-variant)
+	ray up -y $(LAUNCH)
 
 .PHONY: dashboard
 dashboard: $(INSTALLED) ## Forward the cluster's dashboard to 127.0.0.1:8265 (keep it running)
@@ -205,8 +218,10 @@ image: ## Build the cluster image from infra/Dockerfile (name in infra/image.env
 	@infra/build-image.sh
 
 .PHONY: preflight
-preflight: $(INSTALLED) ## Check CLUSTER against your AWS account before paying: credentials, quota, zones, AMI, key pair, cost
-	@PYTHONPATH=job/pong $(BIN)/python infra/preflight.py $(CLUSTER)
+preflight: $(INSTALLED) ## Check CLUSTER (SPOT, MIN_WORKERS as for up) against your AWS account: credentials, quota, zones, AMI, key pair, cost
+	@$(need-cluster-file)
+	@$(write-variant)
+	@PYTHONPATH=job/pong $(BIN)/python infra/preflight.py $(LAUNCH)
 
 .PHONY: token
 token: $(INSTALLED) ## Create the cluster token ~/.ray/auth_token unless it exists (ray up copies it to every node)

@@ -18,7 +18,10 @@ AWS, with read-only calls, whether `ray up` can get what the YAML asks for:
                       already runs in the region, against what the YAML needs
     key-pair          a KeyName, if the YAML names one, exists; its private key is here
     instance-profile  an IamInstanceProfile, if named, exists
-    cost              the hourly on-demand price of every node at the YAML's largest size
+    spot-price        for spot nodes only: the spot price of the instance type now, in each
+                      zone (EC2 DescribeSpotPriceHistory); "unknown" where EC2 gives none
+    cost              the hourly price of every node at the YAML's largest size: on demand
+                      from infra/prices.yaml, spot nodes at the highest spot price of their zones
 
 One key=value line per check, then a summary line. A failed check says what to do in
 fix="...". Exit status: 0 all passed (warnings allowed), 1 a check failed, 2 the YAML
@@ -41,10 +44,13 @@ are made up; on AWS the image line names the AMI Canonical's parameter points to
 
 When the parameter cannot be read (a wrong name, or no ssm:GetParameters permission),
 the image check is one FAIL line with AWS's error and the fix, and the exit status is 1.
+With spot workers (`make preflight SPOT=1`), the quota check covers both quotas and each
+zone's spot price is a line of its own; docs/aws.md, Spot workers, shows the lines.
 """
 
 import argparse
 import contextlib
+import datetime
 import io
 import logging
 import os
@@ -223,18 +229,27 @@ def check_instance_types(report, ec2, plan, config):
     return {t: info["DefaultVCpus"] for t, info in known.items()} if all_ok else None
 
 
-def check_zones(report, ec2, region, zones_text, plan):
-    region_zones = sorted(
+def region_zones(ec2):
+    return sorted(
         z["ZoneName"]
         for z in ec2.describe_availability_zones()["AvailabilityZones"]
         if z.get("State") == "available" and z.get("ZoneType", "availability-zone") == "availability-zone"
     )
-    wanted = [z.strip() for z in zones_text.split(",") if z.strip()] if zones_text else region_zones
-    strangers = [z for z in wanted if z not in region_zones]
+
+
+def wanted_zones(zones_text, ec2):
+    """The zones of provider.availability_zone, or every zone of the region when it is unset (as Ray does)."""
+    return [z.strip() for z in zones_text.split(",") if z.strip()] if zones_text else region_zones(ec2)
+
+
+def check_zones(report, ec2, region, zones_text, plan):
+    in_region = region_zones(ec2)
+    wanted = wanted_zones(zones_text, ec2)
+    strangers = [z for z in wanted if z not in in_region]
     if strangers:
         report.fail(
             "zones",
-            f"set provider.availability_zone to zones of {region}: {','.join(region_zones)}",
+            f"set provider.availability_zone to zones of {region}: {','.join(in_region)}",
             not_in_region=",".join(strangers),
         )
         return
@@ -479,18 +494,78 @@ def check_instance_profiles(report, session, config):
             )
 
 
-def check_cost(report, plan, region):
+# The spot prices of Linux instances (Ubuntu's); EC2 lists them under this product.
+SPOT_PRODUCT = "Linux/UNIX"
+
+
+def spot_prices_now(ec2, instance_type, zones):
+    """{zone: (USD an hour, since when)} of the spot price in effect now, for the zones EC2 answers for.
+    Given a start time, DescribeSpotPriceHistory returns the last price change before it: the price now."""
+    now = datetime.datetime.now(datetime.UTC)
+    found = {}
+    pages = ec2.get_paginator("describe_spot_price_history").paginate(
+        InstanceTypes=[instance_type],
+        ProductDescriptions=[SPOT_PRODUCT],
+        StartTime=now,
+        EndTime=now,
+        Filters=[{"Name": "availability-zone", "Values": zones}],
+    )
+    for page in pages:
+        for entry in page["SpotPriceHistory"]:
+            zone, since = entry["AvailabilityZone"], entry["Timestamp"]
+            if zone in zones and (zone not in found or since > found[zone][1]):
+                found[zone] = (float(entry["SpotPrice"]), since)
+    return found
+
+
+def check_spot_prices(report, ec2, zones_text, plan):
+    """One line per zone for each spot instance type: its spot price now, or "unknown" (a warning)
+    where EC2 gives none. Returns {instance type: (the highest price known, its zone), or None}."""
+    types = sorted({node_config["InstanceType"] for _, node_config, _, market_name in plan if market_name == "spot"})
+    if not types:
+        return {}
+    zones = wanted_zones(zones_text, ec2)
+    highest = {}
+    for instance_type in types:
+        try:
+            prices, error = spot_prices_now(ec2, instance_type, zones), None
+        except (ClientError, BotoCoreError) as e:  # a price is not worth a failed preflight: say unknown
+            prices, error = {}, aws_message(e)
+        for zone in zones:
+            if zone in prices:
+                usd, since = prices[zone]
+                report.ok(
+                    "spot-price", instance_type=instance_type, zone=zone, usd_per_hour=usd, since=since.isoformat()
+                )
+            else:
+                reason = f"EC2 gave no spot price: {error}" if error else "EC2 gave no spot price for this zone"
+                report.warn("spot-price", reason, instance_type=instance_type, zone=zone, usd_per_hour="unknown")
+        highest[instance_type] = max(((usd, zone) for zone, (usd, _) in prices.items()), default=None)
+    return highest
+
+
+def check_cost(report, plan, region, spot_prices):
+    """The cluster's price an hour at its largest size: on-demand nodes from infra/prices.yaml, spot
+    nodes at the highest spot price of their zones (spot_prices; Ray may launch in any of them), or on
+    demand where that is unknown."""
     with open(PRICES) as f:
         prices = yaml.safe_load(f)
-    total, nodes, spot, unknown = 0.0, 0, 0, set()
+    total, on_demand, nodes, spot, upper, unknown = 0.0, 0.0, 0, 0, 0, set()
     for _, node_config, count, market_name in plan:
-        price = prices["usd_per_hour"].get(region, {}).get(node_config["InstanceType"])
+        instance_type = node_config["InstanceType"]
+        price = prices["usd_per_hour"].get(region, {}).get(instance_type)
         if price is None:
-            unknown.add(node_config["InstanceType"])
+            unknown.add(instance_type)
             continue
-        total += price * count
+        on_demand += price * count
         nodes += count
-        spot += count if market_name == "spot" else 0
+        if market_name == "spot":
+            spot += count
+            if spot_prices.get(instance_type) is None:
+                upper += count
+            else:
+                price = spot_prices[instance_type][0]
+        total += price * count
     if unknown:
         report.warn(
             "cost",
@@ -500,7 +575,13 @@ def check_cost(report, plan, region):
         return
     fields = dict(usd_per_hour=f"{total:.2f}", nodes=nodes, source=prices["source"])
     if spot:
-        fields["note"] = f"{spot} spot nodes counted at the on-demand price, an upper bound"
+        known = [price for price in spot_prices.values() if price is not None]
+        fields.update(spot_nodes=spot, on_demand_usd_per_hour=f"{on_demand:.2f}")
+        if known:
+            usd, zone = max(known)
+            fields.update(spot_usd_per_node_hour=usd, spot_price_zone=zone)
+        if upper:
+            fields["note"] = f"{upper} spot nodes of unknown spot price counted at the on-demand price, an upper bound"
     report.ok("cost", **fields)
 
 
@@ -521,6 +602,9 @@ def run_checks(report, config, path):
     print(kv("preflight", cluster=path, region=region, nodes=sum(count for _, _, count, _ in plan)), flush=True)
     session = boto3.session.Session(region_name=region, **config["provider"].get("aws_credentials", {}))
     later = ["instance-type", "zones", "image", "quota", "key-pair", "instance-profile"]
+    if any(market_name == "spot" for _, _, _, market_name in plan):
+        later.append("spot-price")
+    spot_prices = {}
     try:
         check_credentials(report, session)
     except NoCredentialsError:
@@ -554,7 +638,8 @@ def run_checks(report, config, path):
                 report.skip("quota", "instance-type failed")
             guarded(report, "key-pair", check_key_pair, report, ec2, config, region)
             guarded(report, "instance-profile", check_instance_profiles, report, session, config)
-    check_cost(report, plan, region)
+            spot_prices = guarded(report, "spot-price", check_spot_prices, report, ec2, zones, plan) or {}
+    check_cost(report, plan, region, spot_prices)
 
 
 def main(argv=None):

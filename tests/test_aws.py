@@ -14,9 +14,15 @@ What moto lacks is given to it here rather than faked in our code:
 - EC2 quotas: moto 5.2 serves Service Quotas for the "vpc" service only, so asking it
   for L-1216C47A gets NoSuchResource, as real AWS answers in regions without that quota
   (preflight then warns). To test a small and a large quota, the tests that need one
-  teach moto's in-process backend that single EC2 quota.
+  teach moto's in-process backend those EC2 quotas.
+- Spot prices: moto answers DescribeSpotPriceHistory with one made-up price, $0.00001,
+  for every zone that offers the type. The spot tests teach it a price per zone instead,
+  and no price for the zones they leave out.
+
+Spot instances are only requested of moto here: no real spot instance was ever started.
 """
 
+import copy
 import datetime
 import json
 import os
@@ -29,13 +35,19 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from harness import JOB_DIR, REPO, fields
+from harness import JOB_DIR, REPO, clean_env, fields, run
 from harness.aws import TESTING_KEY, moto_server, use_aws
 
 PREFLIGHT = REPO / "infra" / "preflight.py"
+VARIANT = REPO / "cluster" / "variant.py"
 AWS_YAML = REPO / "cluster" / "aws.yaml"
 REGION = "us-west-2"
 ON_DEMAND_QUOTA = "L-1216C47A"
+SPOT_QUOTA = "L-34B43A08"
+QUOTA_NAMES = {
+    ON_DEMAND_QUOTA: "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances",
+    SPOT_QUOTA: "All Standard (A, C, D, H, I, M, R, T, Z) Spot Instance Requests",
+}
 SSM_IMAGE = "resolve:ssm:"
 # A made-up ID and date for the stand-in of Canonical's image; the name has the form of theirs.
 UBUNTU_AMI = "ami-0b5a2e3c4d5e6f708"
@@ -149,26 +161,64 @@ def boto(service):
     return boto3.client(service, region_name=REGION)
 
 
-def serve_ec2_quota(monkeypatch, value):
-    """Make moto's Service Quotas answer `value` for the on-demand Standard vCPU quota."""
+def serve_ec2_quota(monkeypatch, value, code=ON_DEMAND_QUOTA):
+    """Make moto's Service Quotas answer `value` for one Standard vCPU quota (on demand, or SPOT_QUOTA)."""
     from moto.servicequotas.models import ServiceQuotasBackend
 
     original = ServiceQuotasBackend.get_service_quota
 
     def get_service_quota(self, service_code, quota_code):
-        if (service_code, quota_code) == ("ec2", ON_DEMAND_QUOTA):
+        if (service_code, quota_code) == ("ec2", code):
             return {
                 "ServiceCode": "ec2",
-                "QuotaCode": ON_DEMAND_QUOTA,
+                "QuotaCode": code,
                 "Value": float(value),
                 "Unit": "None",
-                "QuotaName": "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances",
+                "QuotaName": QUOTA_NAMES[code],
                 "Adjustable": True,
                 "GlobalQuota": False,
             }
         return original(self, service_code, quota_code)
 
     monkeypatch.setattr(ServiceQuotasBackend, "get_service_quota", get_service_quota)
+
+
+def serve_spot_prices(monkeypatch, history):
+    """Make moto's DescribeSpotPriceHistory answer `history`, [(zone, USD, timestamp)], for each
+    instance type asked for, in the zones the request's filter names (none for a zone left out)."""
+    from moto.core.responses import ActionResult
+    from moto.ec2.responses.spot_instances import SpotInstances
+
+    def describe_spot_price_history(self):
+        types = self._get_param("InstanceTypes", [])
+        zones = self._filters_from_querystring().get("availability-zone")
+        return ActionResult(
+            {
+                "SpotPriceHistory": [
+                    {
+                        "InstanceType": instance_type,
+                        "ProductDescription": "Linux/UNIX",
+                        "SpotPrice": price,
+                        "AvailabilityZone": zone,
+                        "Timestamp": timestamp,
+                    }
+                    for instance_type in types
+                    for zone, price, timestamp in history
+                    if zones is None or zone in zones
+                ]
+            }
+        )
+
+    monkeypatch.setattr(SpotInstances, "describe_spot_price_history", describe_spot_price_history)
+
+
+def make_preflight(tmp_path, *variables):
+    """`make preflight` with these make variables (e.g. SPOT=1), as a user runs it, against moto; the
+    variant it launches is written under tmp_path."""
+    env = clean_env()  # this process's environment: moto's endpoint and keys (the aws fixture)
+    made = run(["make", "preflight", *variables, f"VARIANT_DIR={tmp_path / 'variant'}"], env, timeout=180)
+    assert "Traceback" not in made.stdout + made.stderr, made.stdout + made.stderr
+    return made
 
 
 def preflight(env, cluster=AWS_YAML):
@@ -261,16 +311,7 @@ def test_ray_launches_every_node_on_the_current_ubuntu_image(aws, monkeypatch):
     created as Ray creates them (commands.get_or_create_head_node, then the head's
     autoscaler), each with `resolve:ssm:` left for EC2 to resolve at launch."""
     from ray.autoscaler._private.aws import config as ray_aws
-    from ray.autoscaler._private.aws.node_provider import AWSNodeProvider
-    from ray.autoscaler._private.util import hash_launch_conf, prepare_config, validate_config
-    from ray.autoscaler.tags import (
-        NODE_KIND_HEAD,
-        NODE_KIND_WORKER,
-        TAG_RAY_LAUNCH_CONFIG,
-        TAG_RAY_NODE_KIND,
-        TAG_RAY_NODE_NAME,
-        TAG_RAY_USER_NODE_TYPE,
-    )
+    from ray.autoscaler._private.util import prepare_config, validate_config
 
     monkeypatch.setattr(ray_aws, "time", SimpleNamespace(sleep=lambda seconds: None))
     config = prepare_config(yaml.safe_load(AWS_YAML.read_text()))
@@ -280,10 +321,45 @@ def test_ray_launches_every_node_on_the_current_ubuntu_image(aws, monkeypatch):
     for node_type in booted["available_node_types"].values():
         assert node_type["node_config"]["ImageId"] == SSM_IMAGE + image_parameter()
 
+    launched, _ = launch_as_ray_does(booted)
+    # The spot type has no workers: only the head and the on-demand workers start.
+    assert set(launched) == {"ray.head.default", "ray.worker.default"}, launched
+    ids = [i for nodes in launched.values() for i in nodes]
+    found = boto("ec2").describe_instances(InstanceIds=ids)["Reservations"]
+    instances = [i for r in found for i in r["Instances"]]
+    assert len(instances) == len(ids) >= 2
+    assert {(i["ImageId"], i["InstanceType"]) for i in instances} == {(UBUNTU_AMI, "c5.9xlarge")}, instances
+    assert {i["KeyName"] for i in instances} == {f"ray-autoscaler_{REGION}"}
+    assert not [i for i in instances if "InstanceLifecycle" in i], "an on-demand cluster started a spot instance"
+
+
+def launch_as_ray_does(booted):
+    """Create the head and each worker type's min_workers nodes of a bootstrapped config through Ray's
+    AWSNodeProvider, as `ray up` and then the head's autoscaler create them. A type whose max_workers
+    is 0 is never launched. Returns ({node type: instance ids}, {node type: [the parameters of each
+    RunInstances call Ray made for it]})."""
+    from ray.autoscaler._private.aws.node_provider import AWSNodeProvider
+    from ray.autoscaler._private.util import hash_launch_conf
+    from ray.autoscaler.tags import (
+        NODE_KIND_HEAD,
+        NODE_KIND_WORKER,
+        TAG_RAY_LAUNCH_CONFIG,
+        TAG_RAY_NODE_KIND,
+        TAG_RAY_NODE_NAME,
+        TAG_RAY_USER_NODE_TYPE,
+    )
+
     provider = AWSNodeProvider(booted["provider"], booted["cluster_name"])
-    launched = {}
+    calls = []
+    # What Ray sends to EC2, seen by botocore just before the request is made.
+    provider.ec2_fail_fast.meta.client.meta.events.register(
+        "provide-client-params.ec2.RunInstances", lambda params, **_: calls.append(copy.deepcopy(params))
+    )
+    launched, requested = {}, {}
     for name, node_type in booted["available_node_types"].items():
         head = name == booted["head_node_type"]
+        if not head and node_type["max_workers"] == 0:
+            continue
         node_config = dict(node_type["node_config"])
         tags = {
             TAG_RAY_NODE_KIND: NODE_KIND_HEAD if head else NODE_KIND_WORKER,
@@ -292,17 +368,61 @@ def test_ray_launches_every_node_on_the_current_ubuntu_image(aws, monkeypatch):
             TAG_RAY_LAUNCH_CONFIG: hash_launch_conf(node_config, booted["auth"]),
         }
         count = 1 if head else node_type["min_workers"]
+        before = len(calls)
         provider.create_node(node_config, tags, count)
+        requested[name] = calls[before:]
         # Ray asks for MinCount=1, MaxCount=count: EC2 starts as many as it can, moto one.
         launched[name] = provider.non_terminated_nodes({TAG_RAY_USER_NODE_TYPE: name})
         assert 1 <= len(launched[name]) <= count, (name, launched[name])
+    return launched, requested
 
-    ids = [i for nodes in launched.values() for i in nodes]
-    found = boto("ec2").describe_instances(InstanceIds=ids)["Reservations"]
-    instances = [i for r in found for i in r["Instances"]]
-    assert len(instances) == len(ids) >= 2
-    assert {(i["ImageId"], i["InstanceType"]) for i in instances} == {(UBUNTU_AMI, "c5.9xlarge")}, instances
-    assert {i["KeyName"] for i in instances} == {f"ray-autoscaler_{REGION}"}
+
+def spot_variant(tmp_path, *args):
+    """The copy of cluster/aws.yaml that `make up SPOT=1` launches, written as the Makefile writes it."""
+    out = tmp_path / "aws-spot1.yaml"
+    made = run(
+        [sys.executable, str(VARIANT), str(AWS_YAML), "--spot", "1", *args, "--out", str(out)],
+        clean_env(PYTHONPATH=str(JOB_DIR)),
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stdout + made.stderr
+    return out
+
+
+def test_ray_requests_spot_workers_and_an_on_demand_head(aws, monkeypatch, tmp_path):
+    """`make up SPOT=1`'s config through Ray's own bootstrap and node creation: every worker request
+    Ray sends carries the spot options of cluster/aws.yaml, the head's none, and the instances moto
+    starts for them are spot instances, the head an on-demand one."""
+    from ray.autoscaler._private.aws import config as ray_aws
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    monkeypatch.setattr(ray_aws, "time", SimpleNamespace(sleep=lambda seconds: None))
+    config = prepare_config(yaml.safe_load(spot_variant(tmp_path).read_text()))
+    validate_config(config)
+    booted = ray_aws.bootstrap_aws(config)
+    launched, requested = launch_as_ray_does(booted)
+
+    assert set(launched) == {"ray.head.default", "ray.worker.spot"}, launched
+    spot_options = yaml.safe_load(AWS_YAML.read_text())["available_node_types"]["ray.worker.spot"]["node_config"][
+        "InstanceMarketOptions"
+    ]
+    assert spot_options == {
+        "MarketType": "spot",
+        "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
+    }
+    (head_call,) = requested["ray.head.default"]
+    assert "InstanceMarketOptions" not in head_call, head_call
+    assert requested["ray.worker.spot"], "Ray made no RunInstances call for the workers"
+    for call in requested["ray.worker.spot"]:
+        assert call["InstanceMarketOptions"] == spot_options and call["MaxCount"] == 10, call
+        assert call["InstanceType"] == head_call["InstanceType"] == "c5.9xlarge"
+
+    found = boto("ec2").describe_instances(InstanceIds=[i for ids in launched.values() for i in ids])
+    lifecycle = {
+        i["InstanceId"]: i.get("InstanceLifecycle", "on-demand") for r in found["Reservations"] for i in r["Instances"]
+    }
+    assert {lifecycle[i] for i in launched["ray.head.default"]} == {"on-demand"}, lifecycle
+    assert {lifecycle[i] for i in launched["ray.worker.spot"]} == {"spot"}, lifecycle
 
 
 def test_preflight_reports_the_ami_the_parameter_resolves_to(aws):
@@ -409,3 +529,66 @@ def test_preflight_names_a_missing_cluster_file(aws, tmp_path):
         result.stderr.strip()
         == f"preflight: no cluster config at {tmp_path / 'nope.yaml'}; pass CLUSTER=<file.yaml> (e.g. cluster/aws.yaml)"
     )
+
+
+# Made-up spot prices for c5.9xlarge: us-west-2b changed price twice, the newer one holds now.
+SPOT_HISTORY = [
+    ("us-west-2a", "0.6012", "2026-11-24T20:00:00Z"),
+    ("us-west-2b", "0.7100", "2026-11-23T08:00:00Z"),
+    ("us-west-2b", "0.5921", "2026-11-24T09:30:00Z"),
+]
+
+
+def test_preflight_with_spot_prints_each_zones_spot_price_and_costs_the_workers_at_it(aws, monkeypatch, tmp_path):
+    serve_ec2_quota(monkeypatch, 432, ON_DEMAND_QUOTA)
+    serve_ec2_quota(monkeypatch, 432, SPOT_QUOTA)
+    serve_spot_prices(monkeypatch, SPOT_HISTORY)
+    made = make_preflight(tmp_path, "SPOT=1")
+    assert made.returncode == 0, made.stdout + made.stderr
+    found = checks(made)
+    # the copy of the YAML `make up SPOT=1` launches, and what it puts on spot
+    assert f"variant cluster=cluster/aws.yaml out={tmp_path / 'variant' / 'aws-spot1.yaml'} " in made.stdout
+    types = {c["node_type"] for c in found["instance-type"]}
+    assert types == {"ray.head.default", "ray.worker.spot"}, made.stdout
+    # the head on the on-demand quota, the 10 workers on the spot one
+    quotas = {c["quota"]: (c["status"], c["need"]) for c in found["quota"]}
+    assert quotas == {ON_DEMAND_QUOTA: ("ok", "36"), SPOT_QUOTA: ("ok", "360")}, made.stdout
+    # the price now in each zone; none for us-west-2c, said so, never guessed
+    prices = {c["zone"]: (c["status"], c["usd_per_hour"]) for c in found["spot-price"]}
+    assert prices == {
+        "us-west-2a": ("ok", "0.6012"),
+        "us-west-2b": ("ok", "0.5921"),
+        "us-west-2c": ("warn", "unknown"),
+    }, made.stdout
+    # the head on demand ($1.53), 10 workers at the highest price known
+    (cost,) = found["cost"]
+    assert (cost["usd_per_hour"], cost["spot_usd_per_node_hour"], cost["spot_nodes"]) == ("7.54", "0.6012", "10")
+    assert cost["spot_price_zone"] == "us-west-2a", cost
+    assert cost["on_demand_usd_per_hour"] == "16.83" and "note" not in cost, cost
+    assert made.stdout.splitlines()[-1] == "preflight status=ok failed=0 warnings=1 failed_checks=none"
+
+    # No spot price in any zone: every zone says unknown, and the workers count at the on-demand price.
+    serve_spot_prices(monkeypatch, [])
+    made = make_preflight(tmp_path, "SPOT=1")
+    found = checks(made)
+    assert [(c["status"], c["usd_per_hour"]) for c in found["spot-price"]] == [("warn", "unknown")] * 3
+    (cost,) = found["cost"]
+    assert cost["usd_per_hour"] == "16.83" and "spot_usd_per_node_hour" not in cost, cost
+    assert cost["note"] == "10 spot nodes of unknown spot price counted at the on-demand price, an upper bound"
+
+
+def test_preflight_with_spot_fails_a_spot_quota_too_small_for_the_workers(aws, monkeypatch, tmp_path):
+    serve_ec2_quota(monkeypatch, 432, ON_DEMAND_QUOTA)
+    serve_ec2_quota(monkeypatch, 64, SPOT_QUOTA)
+    serve_spot_prices(monkeypatch, SPOT_HISTORY)
+    made = make_preflight(tmp_path, "SPOT=1", "MIN_WORKERS=0")
+    assert made.returncode != 0, made.stdout + made.stderr
+    found = checks(made)
+    quotas = {c["quota"]: c for c in found["quota"]}
+    assert (quotas[ON_DEMAND_QUOTA]["status"], quotas[ON_DEMAND_QUOTA]["need"]) == ("ok", "36")
+    spot = quotas[SPOT_QUOTA]
+    # the largest size counts, whatever the minimum: 10 workers x 36 vCPUs
+    assert (spot["status"], spot["limit"], spot["need"]) == ("FAIL", "64", "360"), spot
+    assert SPOT_QUOTA in spot["fix"] and "360" in spot["fix"], spot
+    assert made.stdout.splitlines()[-1].startswith("preflight status=FAIL failed=1 "), made.stdout
+    assert made.stdout.splitlines()[-1].endswith("failed_checks=quota"), made.stdout

@@ -8,11 +8,12 @@ token copied to every node, the image named in infra/image.env, no Ray port for 
 
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from harness import REPO, THREADS, read_env_file
+from harness import JOB_DIR, REPO, THREADS, clean_env, fields, read_env_file, run
 from ray.autoscaler._private.util import prepare_config, validate_config
 from ray.autoscaler.sdk import get_docker_host_mount_location
 
@@ -91,12 +92,13 @@ def test_aws_is_eleven_nodes_of_eighteen_cpus():
     config = prepared(REPO / "cluster" / "aws.yaml")
     types = config["available_node_types"]
     head = types[config["head_node_type"]]
-    workers = [spec for name, spec in types.items() if name != config["head_node_type"]]
-    assert len(workers) == 1
-    worker = workers[0]
+    assert set(types) == {"ray.head.default", "ray.worker.default", "ray.worker.spot"}
+    worker, spot = types["ray.worker.default"], types["ray.worker.spot"]
     # min = max: `ray up` starts every worker and none is added or removed later.
     assert worker["min_workers"] == worker["max_workers"] == config["max_workers"] == 10
-    assert head["resources"] == worker["resources"] == {"CPU": 18}
+    # The spot type has no workers unless SPOT=1 gives them to it (make up, cluster/variant.py).
+    assert spot["min_workers"] == spot["max_workers"] == 0
+    assert head["resources"] == worker["resources"] == spot["resources"] == {"CPU": 18}
     nodes = 1 + worker["min_workers"]
     assert nodes == 11 and nodes * 18 == 198
     for spec, key in ((head, "head_start_ray_commands"), (worker, "worker_start_ray_commands")):
@@ -104,10 +106,70 @@ def test_aws_is_eleven_nodes_of_eighteen_cpus():
         assert f"--num-cpus={spec['resources']['CPU']}" in words, words
     # c5.9xlarge: 36 vCPUs, 18 physical cores (test_aws.py checks the core count
     # against EC2's description of the type).
-    assert head["node_config"]["InstanceType"] == worker["node_config"]["InstanceType"] == "c5.9xlarge"
-    # On demand unless someone turns spot on deliberately.
+    assert {t["node_config"]["InstanceType"] for t in types.values()} == {"c5.9xlarge"}
+    # On demand unless SPOT=1; the head never spot; the spot type differs from the other
+    # workers only in its market options.
     assert "InstanceMarketOptions" not in head["node_config"]
     assert "InstanceMarketOptions" not in worker["node_config"]
+    spot_config = dict(spot["node_config"])
+    assert spot_config.pop("InstanceMarketOptions")["MarketType"] == "spot"
+    assert spot_config == worker["node_config"]
+
+
+def write_variant(tmp_path, *args):
+    """cluster/variant.py on cluster/aws.yaml as the Makefile runs it: (process, the config it wrote)."""
+    out = tmp_path / "variant.yaml"
+    made = run(
+        [sys.executable, str(REPO / "cluster" / "variant.py"), "cluster/aws.yaml", *args, "--out", str(out)],
+        clean_env(PYTHONPATH=str(JOB_DIR)),
+        timeout=60,
+    )
+    return made, (prepared(out) if made.returncode == 0 else None)
+
+
+@pytest.mark.parametrize(
+    "args, workers, least",
+    [
+        (["--spot", "1"], "ray.worker.spot", 10),
+        (["--spot", "1", "--min-workers", "0"], "ray.worker.spot", 0),
+        (["--spot", "0", "--min-workers", "3"], "ray.worker.default", 3),
+    ],
+)
+def test_a_variant_moves_only_the_worker_counts(tmp_path, args, workers, least):
+    made, config = write_variant(tmp_path, *args)
+    assert made.returncode == 0, made.stdout + made.stderr
+    line = fields(made.stdout.strip())
+    assert (line["node_type"], line["min_workers"], line["max_workers"]) == (workers, str(least), "10"), line
+    original = prepared(REPO / "cluster" / "aws.yaml")
+    counts = {name: (t["min_workers"], t["max_workers"]) for name, t in config["available_node_types"].items()}
+    other = ({"ray.worker.default", "ray.worker.spot"} - {workers}).pop()
+    assert counts[workers] == (least, 10) and counts[other] == (0, 0), counts
+    # Everything else is cluster/aws.yaml's, the head's type included (on demand).
+    for name in config["available_node_types"]:
+        for spec in (config["available_node_types"][name], original["available_node_types"][name]):
+            del spec["min_workers"], spec["max_workers"]
+    assert config == original
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--spot", "yes"],
+            "variant: error: argument --spot: invalid choice: 'yes' (choose from '0', '1') (see --help)",
+        ),
+        (["--min-workers", "-1"], "variant: error: argument --min-workers: must be a whole number >= 0, not '-1'"),
+        (
+            ["--min-workers", "11"],
+            "error: cluster/aws.yaml allows at most 10 workers (max_workers), so MIN_WORKERS=11 is too many",
+        ),
+    ],
+)
+def test_a_wrong_variant_is_one_line_and_exit_2(tmp_path, args, message):
+    made, _ = write_variant(tmp_path, *args)
+    assert made.returncode == 2 and made.stdout == "", made.stdout + made.stderr
+    assert made.stderr.strip().startswith(message) and len(made.stderr.strip().splitlines()) == 1, made.stderr
+    assert not (tmp_path / "variant.yaml").exists()
 
 
 def test_aws_boots_canonicals_current_ubuntu_lts_and_installs_docker_from_it():

@@ -57,6 +57,29 @@ def test_whichever_actor_is_idle_takes_the_next_episode():
     assert max(finish) - min(finish) <= durations.max() + 1e-9  # greedy: no chain ends a whole episode late
 
 
+def test_a_lost_node_replays_every_episode_it_started_once_ray_notices():
+    # 4 episodes of 1 s on 2 actors, actor 0 lost at 0.5 s with episode 0 in flight: actor 1 plays
+    # episode 0 again first, then 2 and 3
+    assert model.dispatch_with_loss([1.0] * 4, 2, {0}, 0.5) == (4.0, 1)
+    # noticed 2 s later (at 2.5): actor 1 plays 2 and 3 meanwhile, then episode 0
+    assert model.dispatch_with_loss([1.0] * 4, 2, {0}, 0.5, detect=2.0) == (4.0, 1)
+    # noticed at 5.5: actor 1 has nothing left to do from 3 s on, and waits
+    assert model.dispatch_with_loss([1.0] * 4, 2, {0}, 0.5, detect=5.0) == (6.5, 1)
+    # a finished episode goes too: its gradient sat in the lost actor's sum
+    assert model.dispatch_with_loss([1.0] * 3, 2, {0}, 1.5) == (3.5, 2)
+    # nothing lost: dispatch
+    rng = np.random.default_rng(2)
+    durations = list(rng.exponential(1.0, 50))
+    assert model.dispatch_with_loss(durations, 7, set(), 3.0, 10.0) == (max(model.dispatch(durations, 7)), 0)
+
+
+def test_spot_hours_add_the_time_interruptions_cost_all_run_long():
+    assert model.spot_hours(2.0, 0.0, 10, 60.0) == 2.0
+    # 0.1 an hour x 10 nodes x 360 s = 10% of every hour lost, the longer run's hours too
+    assert model.spot_hours(2.0, 0.1, 10, 360.0) == pytest.approx(2.0 / 0.9)
+    assert model.spot_hours(2.0, 1.0, 10, 360.0) is None  # as much time lost as there is
+
+
 def test_update_seconds_adds_the_costs_around_the_longest_chain():
     costs = {"broadcast_s": 0.5, "reduce_per_node_s": 0.25, "fold_s": 0.0, "rmsprop_s": 0.125}
     one = model.update_seconds([1000] * 4, 1000.0, nodes=1, cpus=2, costs=costs)
@@ -151,6 +174,47 @@ def test_plan_prints_each_answer_with_its_inputs():
     assert seconds == pytest.approx(mean, rel=1e-3)
 
 
+def test_plan_prints_dollars_to_a_win_at_the_spot_price_with_what_interruptions_cost():
+    with open(REPO / "infra" / "prices.yaml") as f:
+        on_demand = yaml.safe_load(f)["usd_per_hour"]["us-west-2"]["c5.9xlarge"]  # the head, and the yaml's price
+    small = ("project", "--nodes", "3", "--cpus", "2", "--batch-size", "10", "--samples", "5")
+    proc = run_plan(*small, "--spot-usd-per-node-hour", "0.5", "--interruptions-per-node-hour", "2")
+    assert proc.returncode == 0, proc.stderr
+    lines = {ln.split("=", 1)[0].split()[0]: fields(ln) for ln in proc.stdout.splitlines()}
+    hit = lines["interruption"]
+    seconds, replay, start = float(hit["seconds"]), float(hit["replay_s"]), float(hit["start_s"])
+    assert seconds == pytest.approx(replay + start, rel=1e-3)
+    # the update in flight waits at least until Ray notices the loss; the replacement's start is the estimate
+    assert replay >= model.DETECT_S and float(hit["node_start_s"]) == model.NODE_START_S
+    assert hit["node_start_kind"] == "estimate_lower_bound" and float(hit["replayed_episodes"]) > 0
+    fewer, more = float(hit["seconds_per_update_one_node_less"]), float(hit["seconds_per_update"])
+    assert start == pytest.approx(model.NODE_START_S * (1 - more / fewer), rel=1e-2, abs=1e-3)
+    spot = lines["spot"]
+    assert float(spot["dollars_per_hour"]) == pytest.approx(on_demand + 2 * 0.5) and spot["spot_nodes"] == "2"
+    win = lines["dollars_to_win_spot"]
+    hours = float(lines["hours_to_win"]["hours_to_win"])
+    assert float(win["hours_to_win"]) == pytest.approx(hours, rel=1e-3)
+    spot_hours = hours / (1 - 2 * 2 * seconds / 3600)
+    assert float(win["hours_to_win_spot"]) == pytest.approx(spot_hours, rel=1e-2)
+    assert float(win["interruptions"]) == pytest.approx(2 * 2 * spot_hours, rel=1e-2)
+    assert float(win["dollars_to_win_spot"]) == pytest.approx(spot_hours * (on_demand + 1.0), rel=1e-2)
+    assert float(win["dollars_to_win_on_demand"]) == pytest.approx(float(lines["dollars_to_win"]["dollars_to_win"]))
+    for m in [fields(ln) for ln in proc.stdout.splitlines() if ln.startswith("milestone ") and "hours=" in ln]:
+        assert float(m["hours_spot"]) == pytest.approx(float(m["hours"]) / (1 - 4 * seconds / 3600), rel=1e-2)
+        assert float(m["dollars_spot"]) == pytest.approx(float(m["hours_spot"]) * (on_demand + 1.0), rel=1e-2)
+
+    # without a spot price: what an interruption costs, and how to give the price
+    proc = run_plan(*small)
+    assert proc.returncode == 0, proc.stderr
+    [spot] = [fields(ln) for ln in proc.stdout.splitlines() if ln.startswith("spot ")]
+    assert spot["usd_per_node_hour"] == "unknown" and "make preflight SPOT=1" in spot["reason"]
+    assert not [ln for ln in proc.stdout.splitlines() if "dollars_spot" in ln or "dollars_to_win_spot" in ln]
+    # one node is the head alone, on demand
+    proc = run_plan("project", "--nodes", "1", "--cpus", "2", "--batch-size", "10", "--samples", "5")
+    assert proc.returncode == 0, proc.stderr
+    assert [fields(ln)["spot_nodes"] for ln in proc.stdout.splitlines() if ln.startswith("spot ")] == ["0"]
+
+
 def test_plan_measures_the_core_rate_itself_and_projects_with_it():
     proc = run_plan("project", "--nodes", "1", "--cpus", "2", "--batch-size", "10", "--measure-core", "5")
     assert proc.returncode == 0, proc.stderr
@@ -186,6 +250,12 @@ def test_more_actors_make_an_update_faster_until_the_batch_runs_out():
         (["project", "--measure-core", "5", "--core-rate", "9"], "not allowed with argument --measure-core"),
         (["inputs", "--run", "/nonexistent/run"], "/nonexistent/run has no metrics.jsonl"),
         (["calibrate", "--out", "x.json"], "python -m pongtools.plan calibrate: error: the following arguments"),
+        (["project", "--spot-usd-per-node-hour", "0"], "--spot-usd-per-node-hour: must be a price in USD > 0, not '0'"),
+        (["project", "--interruptions-per-node-hour", "-1"], "must be a number >= 0, not '-1'"),
+        (
+            ["project", "--node-start-s", "soon"],
+            "argument --node-start-s: must be a number of seconds >= 0, not 'soon'",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message):

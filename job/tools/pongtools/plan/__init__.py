@@ -1,4 +1,5 @@
-"""What a cluster delivers: seconds per update, episodes and dollars an hour, hours and dollars to a win.
+"""What a cluster delivers: seconds per update, episodes and dollars an hour, hours and dollars to a win,
+on demand and with spot workers (--spot-usd-per-node-hour, --interruptions-per-node-hour).
 
     make plan NODES=11 CPUS=18 BATCH=300      # = python -m pongtools.plan project --nodes 11 ...
     make plan-inputs RUN=<run dir>            # = python -m pongtools.plan inputs --run <run dir>
@@ -9,7 +10,7 @@ No Ray is needed to plan. Four modules, one idea each:
 - inputs.py: the model's measured inputs (plan_inputs.json), rebuilt from a run's metrics
   and from a calibration;
 - calibration.py: measuring here what the inputs need (Ray and the emulator, minutes);
-- report.py: the projection as key=value lines, and the price it counts.
+- report.py: the projection as key=value lines, and the prices it counts.
 
 __main__.py is the command line: `python -m pongtools.plan {project,inputs,calibrate,probe}`.
 """

@@ -1,6 +1,6 @@
 """python -m pongtools.plan {project,inputs,calibrate,probe}: see __init__.py. A mistake is one line, exit 2."""
 
-from pgpong.cli import Parser, at_least, fail
+from pgpong.cli import Parser, at_least, checked, fail, positive
 from pgpong.logline import kv
 
 from . import PlanError, calibration, inputs, milestones, model, report
@@ -19,6 +19,31 @@ def parser():
     )
     q.add_argument("--prices", default="infra/prices.yaml", help="the price file (default infra/prices.yaml)")
     q.add_argument("--usd-per-node-hour", type=float, help="price of one node an hour, instead of the cluster YAML's")
+    q.add_argument(
+        "--spot-usd-per-node-hour",
+        type=checked(positive, "a price in USD > 0"),
+        help="spot price of one worker node an hour (make preflight SPOT=1 prints it); the head stays on demand",
+    )
+    q.add_argument(
+        "--interruptions-per-node-hour",
+        type=checked(at_least_zero, "a number >= 0"),
+        default=0.0,
+        help="how often EC2 takes a spot worker back, per node-hour (default 0)",
+    )
+    q.add_argument(
+        "--detect-s",
+        type=checked(at_least_zero, "a number of seconds >= 0"),
+        default=model.DETECT_S,
+        help=f"seconds until Ray declares a lost node dead (default {model.DETECT_S:g}, from Ray's health checks: "
+        "see model.DETECT_S)",
+    )
+    q.add_argument(
+        "--node-start-s",
+        type=checked(at_least_zero, "a number of seconds >= 0"),
+        default=model.NODE_START_S,
+        help=f"seconds until a replacement node's actors play, image build included (default {model.NODE_START_S:g}, "
+        "an estimate: see model.NODE_START_S)",
+    )
     rate = q.add_mutually_exclusive_group()
     rate.add_argument("--core-rate", type=float, help="agent steps/s of one core, instead of the inputs' one")
     rate.add_argument(
@@ -75,6 +100,14 @@ def parser():
     return p
 
 
+def at_least_zero(text):
+    """A finite number >= 0, or ValueError."""
+    value = float(text)
+    if not 0 <= value < float("inf"):
+        raise ValueError
+    return value
+
+
 def project(a):
     found = inputs.load_inputs(a.inputs)
     if a.measure_core:
@@ -84,14 +117,49 @@ def project(a):
         price = report.given_price(a.usd_per_node_hour)
     else:
         price = report.price_of(a.cluster, a.prices)
-    result, stages = model.project(found, a.nodes, a.cpus, a.batch_size, a.core_rate, a.network_gbps, a.samples, a.seed)
+    args = (a.core_rate, a.network_gbps, a.samples, a.seed)
+    result, stages = model.project(found, a.nodes, a.cpus, a.batch_size, *args)
     report.report(found, a.inputs, result, stages, price)
+    sp = spot_workers(a, found, result, stages, args) if a.nodes > 1 else None
+    if sp:
+        hours = {"": result["hours_to_win"]}
+        if found["learning"]["batch_size"] != a.batch_size:
+            hours["_if_same_updates"] = result["hours_to_win_same_updates"]
+        report.spot(sp, price, hours)
+    else:
+        print(kv("spot", spot_nodes=0, reason="one node is the head alone, on demand: no worker to put on spot"))
     for name in milestones.NAMES:
         readings = milestones.updates_to(found.get("milestones", {}), a.batch_size, name)
         for r in readings:  # same updates: played as the other batch size's run played after as many
             per = r["from_batch_size"] if r["kind"] == "assumed_same_updates" else a.batch_size
             r["seconds"] = model.seconds_for_updates(stages, per, r["updates"])
-        report.milestone(name, a.batch_size, readings, result["nodes"] * price.usd_per_node_hour)
+        dollars_per_hour = result["nodes"] * price.usd_per_node_hour
+        report.milestone(
+            name, a.batch_size, readings, dollars_per_hour, sp=sp, head_usd_per_node_hour=price.usd_per_node_hour
+        )
+
+
+def spot_workers(a, found, result, stages, args):
+    """The Spot of this projection: every node but the head on spot, what losing one costs."""
+    rate = result["core_rate"]
+    target = found["learning"].get("episodes_to_win")
+    replay_s, replayed = model.replay(
+        stages, a.nodes, a.cpus, a.batch_size, rate, target, a.detect_s, a.samples, a.seed
+    )
+    fewer, _ = model.project(found, a.nodes - 1, a.cpus, a.batch_size, *args)
+    slower = 1 - result["seconds_per_update"] / fewer["seconds_per_update"]
+    return report.Spot(
+        usd_per_node_hour=a.spot_usd_per_node_hour,
+        interruptions_per_node_hour=a.interruptions_per_node_hour,
+        workers=a.nodes - 1,
+        replay_s=replay_s,
+        replayed_episodes=replayed,
+        detect_s=a.detect_s,
+        node_start_s=a.node_start_s,
+        start_s=a.node_start_s * slower,
+        seconds_per_update=result["seconds_per_update"],
+        seconds_per_update_one_node_less=fewer["seconds_per_update"],
+    )
 
 
 def rebuild(a):

@@ -16,6 +16,17 @@ QUANTILES = np.linspace(0.0, 1.0, 21)  # stored per stage: the 0, 5, ..., 100th 
 # c5.9xlarge has "10 Gigabit" networking, but one TCP flow between instances outside a cluster
 # placement group gets at most 5 Gbps (EC2 User Guide, "Amazon EC2 instance network bandwidth").
 NETWORK_GBPS = 5.0
+# Seconds from losing a spot node to its replacement's actors playing: an estimate, and a lower
+# bound. `ray up` of one node in `make test-docker` here took 74.8 s (the local_docker line of
+# 2026-11-22 00:16 UTC, commit ae30960), about half of it the image build each new node runs
+# (infra/build-image.sh, from the local base); EC2's launch and boot, Docker's install and the
+# pull of Ray's image from Docker Hub come on top on AWS and were not measured.
+NODE_START_S = 75.0
+# Seconds until Ray declares a lost node dead, so its actors' episodes go to others: Ray 2.60's GCS
+# does after health_check_failure_threshold (5) failed checks, one every health_check_period_ms
+# (3 s), each allowed health_check_timeout_ms (10 s): 15 s if each check fails at once, 65 s if
+# each times out. The upper bound; not measured (the chaos test's node dies by SIGKILL here).
+DETECT_S = 65.0
 WEIGHT_BYTES = (H * D + H) * 4  # W1 and W2 in float32: the broadcast
 GRADIENT_BYTES = WEIGHT_BYTES + D * 4  # a node's gradient when every pixel is touched (and its int32 columns)
 
@@ -34,6 +45,38 @@ def dispatch(durations, actors):
     for t, i in free:
         finish[i] = t
     return finish
+
+
+def dispatch_with_loss(durations, actors, lost, at, detect=0.0):
+    """dispatch, when the actors in `lost` vanish at time `at` (a spot node taken back mid-update).
+
+    Every episode they started before `at`, finished or in flight, is played again: its gradient
+    sat in their running sums, which are gone. Until Ray declares them dead, `detect` seconds
+    later, the actors left go on with the episodes not yet started; from then on, each actor that
+    frees up takes an episode to play again first. Returns (the time the last chain ends, the
+    episodes played again).
+    """
+    free = [(0.0, i) for i in range(actors)]
+    queue = list(durations)[::-1]  # pop() takes the next episode in order
+    held = []
+    while queue and free[0][0] < at:
+        t, i = heapq.heappop(free)
+        d = queue.pop()
+        if i in lost:
+            held.append(d)
+        heapq.heappush(free, (t + d, i))
+    left = [(max(t, at), i) for t, i in free if i not in lost]
+    heapq.heapify(left)
+    noticed, again = at + detect, held[::-1]
+    while queue or again:
+        t, i = heapq.heappop(left)
+        if again and (t >= noticed or not queue):
+            t = max(t, noticed)
+            d = again.pop()
+        else:
+            d = queue.pop()
+        heapq.heappush(left, (t + d, i))
+    return max(t for t, _ in left), len(held)
 
 
 def update_seconds(steps, core_rate, nodes, cpus, costs, network_gbps=NETWORK_GBPS):
@@ -123,3 +166,45 @@ def seconds_for_updates(stages, episodes_per_update, updates):
     """Seconds of `updates` updates from the start of a run, update u in the stage of learning of
     episode u x episodes_per_update (the batch size, or the batch of the run whose pace it assumes)."""
     return sum(stage_of(stages, u * episodes_per_update)["update"]["seconds"] for u in range(updates))
+
+
+def updates_to_win(stages, batch_size, episodes_to_win):
+    """The stage of learning of each update of a run to `episodes_to_win` (the first stage alone when
+    no win is known): each update in the stage of its first episode."""
+    return [stage_of(stages, e) for e in range(0, episodes_to_win or 0, batch_size)] or [stages[0]]
+
+
+def replay(stages, nodes, cpus, batch_size, core_rate, episodes_to_win, detect=DETECT_S, samples=200, seed=0):
+    """What losing one worker node (its `cpus` actors) at a random moment of an update, noticed
+    `detect` seconds later, adds to that update: (mean seconds, mean episodes played again), over
+    the updates to a win.
+
+    Each sample draws the update's episode lengths from its stage, the node among the actors, and
+    the moment from the update's rollout, and compares the rollout with and without the loss.
+    """
+    rng = np.random.default_rng(seed)
+    actors = nodes * cpus
+    by_stage = {}
+    for s in stages:
+        added, held = [], []
+        for _ in range(samples):
+            durations = sample_lengths(s["len_quantiles"], batch_size, rng) / core_rate
+            normal = max(dispatch(durations, actors))
+            lost = set(rng.choice(actors, size=cpus, replace=False).tolist())
+            ends, replayed = dispatch_with_loss(durations, actors, lost, rng.uniform(0.0, normal), detect)
+            added.append(ends - normal)
+            held.append(replayed)
+        by_stage[s["first_episode"]] = (float(np.mean(added)), float(np.mean(held)))
+    weighted = [by_stage[s["first_episode"]] for s in updates_to_win(stages, batch_size, episodes_to_win)]
+    return float(np.mean([a for a, _ in weighted])), float(np.mean([h for _, h in weighted]))
+
+
+def spot_hours(hours, interruptions_per_node_hour, workers, seconds_per_interruption):
+    """Hours a run of `hours` uninterrupted takes when each of its `workers` spot nodes is taken back
+    `interruptions_per_node_hour` times an hour, each costing `seconds_per_interruption`; None if the
+    interruptions cost as much time as they leave (the run would not end).
+
+    Interruptions come all run long, the longer run's too: h = hours + rate x workers x h x s / 3600.
+    """
+    lost = interruptions_per_node_hour * workers * seconds_per_interruption / 3600
+    return hours / (1 - lost) if lost < 1 else None

@@ -1,11 +1,12 @@
-"""The plan as key=value lines: each answer first, then the inputs it used; and the price it counts."""
+"""The plan as key=value lines: each answer first, then the inputs it used; and the prices it counts,
+on demand and, for the workers, spot."""
 
 import dataclasses
 
 import yaml
 from pgpong.logline import kv
 
-from . import PlanError
+from . import PlanError, model
 
 
 @dataclasses.dataclass
@@ -162,12 +163,105 @@ def report(inputs, inputs_path, result, stages, price, out=print):
         )
 
 
-def milestone(name, batch_size, readings, dollars_per_hour, out=print):
-    """One line per reading of the updates to a milestone (milestones.updates_to), with its hours and dollars."""
+@dataclasses.dataclass
+class Spot:
+    """Spot workers beside an on-demand head: their price, how often one is taken back, and what
+    that costs in time (model.replay, model.NODE_START_S)."""
+
+    usd_per_node_hour: float | None  # None: not given
+    interruptions_per_node_hour: float
+    workers: int  # the spot nodes: every node but the head
+    replay_s: float  # what the update in flight loses, Ray's detection of the loss included
+    replayed_episodes: float
+    detect_s: float
+    node_start_s: float
+    start_s: float  # what the updates on one node fewer lose until the replacement plays
+    seconds_per_update: float
+    seconds_per_update_one_node_less: float
+
+    @property
+    def seconds_per_interruption(self):
+        return self.replay_s + self.start_s
+
+    def dollars_per_hour(self, head_usd_per_node_hour):
+        return head_usd_per_node_hour + self.workers * self.usd_per_node_hour
+
+
+def spot(sp, price, hours, out=print):
+    """Print what an interruption costs, the spot price, and the hours and dollars to a win with spot
+    workers beside the on-demand ones (hours: {"": hours to win, "_if_same_updates": ...}, None if unknown)."""
+    out(
+        kv(
+            "interruption",
+            seconds=sp.seconds_per_interruption,
+            replay_s=sp.replay_s,
+            replayed_episodes=sp.replayed_episodes,
+            detect_s=sp.detect_s,
+            detect_kind="upper_bound_from_ray_health_checks",
+            start_s=sp.start_s,
+            node_start_s=sp.node_start_s,
+            node_start_kind="estimate_lower_bound",
+            seconds_per_update=sp.seconds_per_update,
+            seconds_per_update_one_node_less=sp.seconds_per_update_one_node_less,
+        )
+    )
+    if sp.usd_per_node_hour is None:
+        out(
+            kv(
+                "spot",
+                usd_per_node_hour="unknown",
+                reason="pass --spot-usd-per-node-hour (make preflight SPOT=1 prints the spot price of each zone)",
+            )
+        )
+        return
+    dollars_per_hour = sp.dollars_per_hour(price.usd_per_node_hour)
+    out(
+        kv(
+            "spot",
+            usd_per_node_hour=sp.usd_per_node_hour,
+            spot_nodes=sp.workers,
+            dollars_per_hour=dollars_per_hour,
+            head_usd_per_node_hour=price.usd_per_node_hour,
+            interruptions_per_node_hour=sp.interruptions_per_node_hour,
+            price_source="--spot-usd-per-node-hour",
+        )
+    )
+    for suffix, uninterrupted in hours.items():
+        if uninterrupted is None:
+            out(kv(**{f"dollars_to_win_spot{suffix}": "unknown"}, reason="hours_to_win_unknown"))
+            continue
+        spot_hours = model.spot_hours(
+            uninterrupted, sp.interruptions_per_node_hour, sp.workers, sp.seconds_per_interruption
+        )
+        if spot_hours is None:
+            out(kv(**{f"dollars_to_win_spot{suffix}": "never"}, reason="interruptions_cost_all_the_time_they_leave"))
+            continue
+        out(
+            kv(
+                **{f"dollars_to_win_spot{suffix}": spot_hours * dollars_per_hour},
+                **{f"hours_to_win_spot{suffix}": spot_hours},
+                interruptions=sp.interruptions_per_node_hour * sp.workers * spot_hours,
+                **{f"dollars_to_win_on_demand{suffix}": uninterrupted * price.usd_per_node_hour * (sp.workers + 1)},
+                **{f"hours_to_win{suffix}": uninterrupted},
+            )
+        )
+
+
+def milestone(name, batch_size, readings, dollars_per_hour, out=print, sp=None, head_usd_per_node_hour=None):
+    """One line per reading of the updates to a milestone (milestones.updates_to), with its hours and dollars;
+    and with spot workers (sp, a Spot whose price is known) the hours and dollars at their price too."""
     if not readings:
         out(kv("milestone", name=name, batch_size=batch_size, updates="unknown", reason="no_run_reached_it"))
     for r in readings:
         hours = r["seconds"] / 3600
+        on_spot = {}
+        if sp is not None and sp.usd_per_node_hour is not None:
+            h = model.spot_hours(hours, sp.interruptions_per_node_hour, sp.workers, sp.seconds_per_interruption)
+            on_spot = (
+                {"hours_spot": h, "dollars_spot": h * sp.dollars_per_hour(head_usd_per_node_hour)}
+                if h is not None
+                else {"hours_spot": "never"}
+            )
         out(
             kv(
                 "milestone",
@@ -178,6 +272,7 @@ def milestone(name, batch_size, readings, dollars_per_hour, out=print):
                 kind=r["kind"],
                 hours=hours,
                 dollars=hours * dollars_per_hour,
+                **on_spot,
                 **({"at_least_updates": r["at_least"]} if "at_least" in r else {}),
                 from_batch_size=r["from_batch_size"],
                 run=r["run"],

@@ -1,0 +1,34 @@
+"""pgpong/capacity.py on a real Ray head (the suite's, which has no autoscaler): the request lands
+where Ray's autoscaler reads it, a release withdraws it, and neither fails nor changes the cluster.
+
+What an autoscaling cluster then does with a request (start nodes) needs a cloud: not run here.
+"""
+
+import json
+
+from harness.cluster import ray_head
+
+
+def autoscaler_request():
+    """What Ray's (v1) autoscaler, monitor.py, reads as the cluster's resource request: a list of bundles."""
+    from ray._private.ray_constants import AUTOSCALER_RESOURCE_REQUEST_CHANNEL
+    from ray.experimental.internal_kv import _internal_kv_get
+
+    return json.loads(_internal_kv_get(AUTOSCALER_RESOURCE_REQUEST_CHANNEL))
+
+
+def test_a_request_reaches_the_autoscaler_and_a_release_withdraws_it(local_ray):
+    from pgpong import capacity
+    from ray.autoscaler.v2.utils import is_autoscaler_v2
+
+    assert ray_head() and not is_autoscaler_v2()  # the v1 autoscaler, as `ray up` starts it on AWS
+    before = local_ray.cluster_resources()
+    try:
+        capacity.request(36)
+        assert autoscaler_request() == [{"CPU": 1}] * 36
+        capacity.request(3)  # a new request replaces the last one
+        assert autoscaler_request() == [{"CPU": 1}] * 3
+    finally:
+        capacity.release()
+    assert autoscaler_request() == []
+    assert local_ray.cluster_resources() == before  # no autoscaler here: nothing started, nothing stopped
