@@ -69,7 +69,7 @@ def test_a_checkpoint_of_another_network_stops_the_trainer_before_ray_starts(tmp
     run.save(make_state(1))
     run.save(of_another_network(array, shape))
     before = snapshot(tmp_path / "run")
-    line = one_line(train("--updates", "1", "--run-dir", str(tmp_path / "run"), timeout=120))
+    line = one_line(train_locally("--workers", "1", "--updates", "1", "--run-dir", str(tmp_path / "run"), timeout=120))
     assert line == (
         f"error: checkpoint {tmp_path}/run/ckpt-000002.npz has {array} of shape {shape}, but this trainer's "
         f"network needs {want}; it is a run of another network: use another --run-dir"
