@@ -271,7 +271,7 @@ def test_a_torn_metrics_line_is_cut_on_resume_and_a_lost_line_is_named(tiny_run,
     again = train("--updates", "1", "--run-dir", str(run_dir))
     assert again.returncode == 0, again.stderr[-3000:]
     assert only(again.stdout, "WARNING:") == [
-        f"WARNING: cut 1 torn or unreadable metrics line(s) of {run_dir}, a driver killed mid-write: "
+        f"WARNING: cut a torn or unreadable metrics line of {run_dir}, as a driver killed mid-write leaves: "
         f"metrics.jsonl: {len(torn)} bytes {torn!r}",
         f"WARNING: {run_dir} has no metrics line for update 1: lost, though ckpt-000001.npz counts its episodes; "
         "plots and trend lines skip it",
@@ -289,7 +289,7 @@ def test_a_run_that_died_before_its_first_checkpoint_starts_again_with_whole_met
     fresh = train("--updates", "1", "--run-dir", str(run_dir))
     assert fresh.returncode == 0, fresh.stderr[-3000:]
     assert only(fresh.stdout, "WARNING:") == [
-        f"WARNING: cut 1 torn or unreadable metrics line(s) of {run_dir}, a driver killed mid-write: "
+        f"WARNING: cut a torn or unreadable metrics line of {run_dir}, as a driver killed mid-write leaves: "
         'metrics.jsonl: 17 bytes \'{"update": 3, "re\'',
         f"WARNING: dropped the metrics of updates 1-2 of {run_dir}, past no checkpoint: they run again",
     ]

@@ -250,12 +250,16 @@ class Run:
             else:
                 self.store.delete(name)
         if torn:
-            warn(
-                f"cut {len(torn)} torn or unreadable metrics line(s) of {self.path}, a driver killed mid-write: {'; '.join(torn)}"
+            lines = (
+                "a torn or unreadable metrics line"
+                if len(torn) == 1
+                else f"{len(torn)} torn or unreadable metrics lines"
             )
+            warn(f"cut {lines} of {self.path}, as a driver killed mid-write leaves: {'; '.join(torn)}")
         start = f"the checkpoint of update {last_update}" if last_update else "no checkpoint"
         if dropped:
-            warn(f"dropped the metrics of {_updates(dropped)} of {self.path}, past {start}: they run again")
+            again = "it runs" if len(set(dropped)) == 1 else "they run"
+            warn(f"dropped the metrics of {_updates(dropped)} of {self.path}, past {start}: {again} again")
         lost = sorted(set(range(1, last_update + 1)) - seen)
         if lost:
             its, it = ("its", "it") if len(lost) == 1 else ("their", "them")
