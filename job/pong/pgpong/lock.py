@@ -139,12 +139,18 @@ class LocalLock:
     def __init__(self, store, url, warn):
         self.url, self.path = url, os.path.join(store.root, LOCK)
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise StoreError(f"cannot lock run dir {url}: {e.strerror or e}") from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 with os.fdopen(fd, "rb") as f:
                     raise _refuse(url, _record(f.read())) from None
+            except OSError as e:  # a file system without flock
+                os.close(fd)
+                raise StoreError(f"cannot lock run dir {url} ({self.path}): {e.strerror or e}") from None
             try:
                 if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
                     break
@@ -214,8 +220,11 @@ class S3Lock:
                 except StoreError:
                     continue  # S3 unreachable for now: try again; past the lease another may take it over
                 if etag is None:
-                    found = self.store.read_tagged(LOCK)
-                    taker = describe(_record(found[0])) if found else "no one (the lock was deleted)"
+                    try:
+                        found = self.store.read_tagged(LOCK)
+                        taker = describe(_record(found[0])) if found else "no one (the lock was deleted)"
+                    except StoreError:
+                        taker = "a trainer S3 did not name (it could not be read)"
                     self.lost = f"another trainer took over the lock of {self.url}: now held by {taker}"
                     return
                 self.etag = etag
