@@ -51,7 +51,6 @@ class Trainer:
         self.cfg = cfg
         self.state = state
         self.run_dir = run  # the Run: its store, checkpoints and metrics
-        self.checkpoint = run.file(run.loaded) if run.loaded else None  # the newest one this run wrote or read
         self.out = out
         self.records = []
 
@@ -162,6 +161,8 @@ class Trainer:
         cfg, s = self.cfg, self.state
         first = s.update
         self.saved = s.update
+        loaded = self.run_dir.loaded  # the checkpoint resumed from: the done line's until this run writes one
+        self.checkpoint = self.run_dir.file(loaded) if loaded else None
         started = time.perf_counter()
         reason = "finished"
         self.start_watch()
