@@ -234,8 +234,9 @@ class Run:
             for line in lines:
                 try:
                     update = json.loads(line)["update"]
-                    int(update) + 0  # a number, not a string or a list
                 except (ValueError, KeyError, TypeError):
+                    update = None
+                if not isinstance(update, int):  # cut short when the driver died, or not a record
                     torn.append(f"{name}: {len(line.encode())} bytes {line[:40]!r}")
                     continue
                 if update > last_update:
@@ -250,12 +251,8 @@ class Run:
             else:
                 self.store.delete(name)
         if torn:
-            lines = (
-                "a torn or unreadable metrics line"
-                if len(torn) == 1
-                else f"{len(torn)} torn or unreadable metrics lines"
-            )
-            warn(f"cut {lines} of {self.path}, as a driver killed mid-write leaves: {'; '.join(torn)}")
+            what = "a torn or unreadable metrics line" if len(torn) == 1 else f"{len(torn)} torn or unreadable lines"
+            warn(f"cut {what} of {self.path}, as a driver killed mid-write leaves: {'; '.join(torn)}")
         start = f"the checkpoint of update {last_update}" if last_update else "no checkpoint"
         if dropped:
             again = "it runs" if len(set(dropped)) == 1 else "they run"
