@@ -109,7 +109,9 @@ def test_a_writer_killed_inside_the_final_rename_leaves_the_previous_checkpoint_
     state = run.load("ckpt-000001.npz")
     assert state.update == 1
     assert np.array_equal(state.params["W1"], policy.init_params(np.random.default_rng(1))["W1"])
-    run.prepare()  # what the next run does first: the dead writer's temp file goes
+    run.prepare()  # what the next run does first: it locks the run dir, and the dead writer's temp file goes
+    assert sorted(os.listdir(tmp_path)) == ["ckpt-000001.npz", "trainer.lock"]
+    run.close()
     assert os.listdir(tmp_path) == ["ckpt-000001.npz"]
 
 

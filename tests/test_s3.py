@@ -18,6 +18,7 @@ def test_checkpoints_on_s3_round_trip_prune_and_fall_back(s3):
     run.prepare()
     for u in range(1, 6):
         run.save(make_state(u, seed=u))
+    run.close()  # the lock goes
     assert keys(s3, "exp/a/") == ["exp/a/ckpt-000003.npz", "exp/a/ckpt-000004.npz", "exp/a/ckpt-000005.npz"]
     state = run.load_latest({"env": "Pong-v0"})
     assert state.update == 5 and (state.params["W1"] == make_state(5, seed=5).params["W1"]).all()
@@ -71,6 +72,7 @@ def test_s3_metrics_cost_the_same_per_update_however_long_the_run(s3):
     assert keys(s3, "long/metrics") == [f"long/metrics-{1 + i * per:06d}.jsonl" for i in range(3)]
     run.append_metrics(record(last + 1))
     assert [r["update"] for r in run.metrics()] == list(range(1, last + 2))
+    run.close()
 
 
 def test_an_s3_run_from_before_segments_reads_on(s3):

@@ -62,6 +62,30 @@ def train_locally(*args, timeout=600, **extra_env):
     return run_trainer(args, trainer_env(**extra_env), timeout)
 
 
+def start_trainer(*args, **extra_env):
+    """`python -m pgpong.train ARGS` in the background on the suite's head (trainer_env): a Popen whose
+    output (stderr joined to stdout) a test reads line by line (wait_for_line), then communicate()s."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "pgpong.train", *args],
+        cwd=JOB_DIR,
+        env=trainer_env(**extra_env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def wait_for_line(proc, prefix):
+    """Read a start_trainer process's output up to its first line starting with prefix; the lines read."""
+    read = []
+    for line in proc.stdout:
+        read.append(line)
+        if line.startswith(prefix):
+            return read
+    raise AssertionError(f"the trainer ended (status {proc.wait()}) before a line {prefix!r}: {''.join(read)[-3000:]}")
+
+
 def make_state(update, seed=0, env="Pong-v0"):
     """A checkpoint's state at `update`, its weights drawn from `seed`, as the trainer would save it."""
     import numpy as np

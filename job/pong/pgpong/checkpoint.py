@@ -22,6 +22,11 @@ class CheckpointError(Exception):
     """A checkpoint cannot be used; the message names the file."""
 
 
+class WrongNetwork(CheckpointError):
+    """A readable checkpoint whose arrays do not fit this trainer's network: a run of another
+    network, never skipped as damage is (the message names the file, the array and both shapes)."""
+
+
 @dataclasses.dataclass
 class State:
     params: dict
@@ -57,11 +62,30 @@ def to_bytes(state):
 
 def _open(data, where):
     """(meta, {name: array}) of an .npz; CheckpointError naming `where` if it cannot be read."""
+    if not data.startswith(b"PK"):  # not a zip: numpy would try it as a pickle and advise loading it unsafely
+        raise CheckpointError(f"checkpoint {where} is corrupt or unreadable (not an .npz file)")
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as z:
             return json.loads(str(z["meta"])), {k: z[k] for k in z.files if k != "meta"}
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+    except ValueError as e:
+        why = "it holds Python objects, which a checkpoint never does" if "allow_pickle" in str(e) else e
+        raise CheckpointError(f"checkpoint {where} is corrupt or unreadable ({why})") from None
+    except (OSError, KeyError, EOFError, zipfile.BadZipFile) as e:
         raise CheckpointError(f"checkpoint {where} is corrupt or unreadable ({e})") from None
+
+
+def check_shapes(arrays, where):
+    """WrongNetwork naming `where`, the array and both shapes if an array (params/W1, cache/W2, ...)
+    does not have the shape of this trainer's network (policy.shapes)."""
+    from .policy import shapes  # here, not at the top: numba is slow to import and plot never needs it
+
+    for name, array in arrays.items():
+        want = shapes()[name.rsplit("/", 1)[-1]]
+        if array.shape != want:
+            raise WrongNetwork(
+                f"checkpoint {where} has {name} of shape {array.shape}, but this trainer's network needs "
+                f"{want}; it is a run of another network: use another --run-dir"
+            )
 
 
 def _part(arrays, prefix):
@@ -79,6 +103,7 @@ def _resumable(meta, arrays, where):
     params, cache = _part(arrays, "params"), _part(arrays, "cache")
     if set(params) != {"W1", "W2"} or set(cache) != set(params):
         raise CheckpointError(f"checkpoint {where} lacks weights or RMSProp cache")
+    check_shapes({f"{part}/{k}": v for part, d in (("params", params), ("cache", cache)) for k, v in d.items()}, where)
     params["W1"] = np.asfortranarray(params["W1"])
     cache["W1"] = np.asfortranarray(cache["W1"])
     try:
@@ -114,6 +139,7 @@ def weights_from_bytes(data, where):
     params = {k: v.astype(DTYPE) for k, v in _part(arrays, "params").items()}
     if set(params) != {"W1", "W2"}:
         raise CheckpointError(f"agent {where} lacks weights")
+    check_shapes({f"params/{k}": v for k, v in params.items()}, where)
     params["W1"] = np.asfortranarray(params["W1"])
     try:
         return State(params=params, cache=None, config=meta["config"], **{k: meta[k] for k in COUNTERS})

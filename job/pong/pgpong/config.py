@@ -19,6 +19,10 @@ DECAY_RATE = 0.99  # pg-pong's RMSProp decay of the squared-gradient average
 DEFAULT_START = "zero"
 # The optimizer fields of a run made before they existed: pg-pong's zero start and decay.
 OPTIMIZER_BEFORE_FIELDS = {"rmsprop_start": "zero", "rmsprop_decay": DECAY_RATE}
+# What a resumed run keeps from its checkpoint, since it decides the run's bits, and the value of
+# a run made before the field existed (None: every checkpoint has it). The env must match instead
+# (run.MUST_MATCH); the learning rate is kept unless --learning-rate is given (train.keep_learning_rate).
+KEPT_ON_RESUME = {"batch_size": None, "seed": None, **OPTIMIZER_BEFORE_FIELDS}
 RATES_FILE = os.path.join(os.path.dirname(__file__), "learning_rates.json")
 
 

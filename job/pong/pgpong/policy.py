@@ -21,6 +21,11 @@ EPSILON = 1e-5  # RMSProp denominator guard
 DTYPE = np.float32
 
 
+def shapes():
+    """The shape of each array of the network: what a checkpoint's weights and cache must have."""
+    return {"W1": (H, D), "W2": (H,)}
+
+
 def init_params(rng):
     """Xavier-initialised weights: W1 column-major (H, D) and W2 (H,)."""
     w1 = rng.standard_normal((H, D)) / np.sqrt(D)

@@ -1,10 +1,12 @@
 """A run directory, opened once: its store, its checkpoints and its metrics. No Ray here.
 
     run = Run("~/pong-runs/a")               # a folder, or s3://bucket/prefix
-    run.prepare()                            # the trainer: create it, check that it takes writes
-    state = run.load_latest(config)          # the newest usable checkpoint, or None
+    run.prepare()                            # the trainer: create it, check that it takes writes, lock it
+    state = run.load_latest(config)          # the newest usable checkpoint, or None; run.loaded names it
+    run.trim_metrics(state.update)           # metrics only up to that checkpoint, a torn line cut
     run.append_metrics(record)               # after every update
     run.save(state)                          # a checkpoint, written whole or not at all
+    run.close()                              # the trainer's end: the lock goes
     run.metrics()                            # the tools: every update's record
     run.config()                             # the config the run was made with
 
@@ -19,8 +21,8 @@ import json
 import os
 import re
 
-from . import checkpoint
-from .checkpoint import CheckpointError
+from . import checkpoint, lock
+from .checkpoint import CheckpointError, WrongNetwork
 from .store import StoreError, join, open_store
 
 KEEP = 3  # checkpoints kept in a run directory
@@ -40,6 +42,18 @@ _SEGMENT = re.compile(r"^metrics-(\d{6,})\.jsonl$")
 SHIPPED_METRICS = "metrics.jsonl.gz"
 
 
+def _updates(numbers):
+    """'update 3', 'updates 1-3, 7': runs of consecutive update numbers."""
+    numbers, runs = sorted(set(numbers)), []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+    return ("update " if len(numbers) == 1 else "updates ") + text
+
+
 def metrics_segment(update):
     """The S3 segment that holds an update's line: metrics-000051.jsonl for updates 51..100."""
     first = (update - 1) // SEGMENT_UPDATES * SEGMENT_UPDATES + 1
@@ -53,6 +67,8 @@ class Run:
         path = str(path)
         self.path = path if path.startswith("s3://") else os.path.abspath(os.path.expanduser(path))
         self.store = open_store(self.path)
+        self.lock = None  # held from prepare() to close(): this process is the run dir's one writer
+        self.loaded = None  # the name of the checkpoint load_latest returned
 
     def __str__(self):
         return self.path
@@ -61,9 +77,23 @@ class Run:
         """The path (or s3:// URL) of one of the run's files."""
         return join(self.path, name)
 
-    def prepare(self):
-        """Create the run directory and check that it can be written, or raise StoreError."""
+    def prepare(self, warn=print):
+        """Create the run directory, check that it can be written and lock it for this process (the
+        trainer), or raise StoreError: lock.Locked, naming the holder, if a live trainer writes there.
+        A dead trainer's lock is taken over and its temp files removed, said through `warn`."""
         self.store.prepare()
+        self.lock = lock.acquire(self.store, self.path, warn)
+        self.store.clean()
+
+    def close(self):
+        """Release the lock prepare() took (the trainer's end, however it ends)."""
+        if self.lock:
+            self.lock.release()
+            self.lock = None
+
+    def _writing(self):
+        if self.lock:
+            self.lock.check()  # LockLost if another trainer has taken the run dir over
 
     # -- checkpoints -------------------------------------------------------------
 
@@ -75,6 +105,7 @@ class Run:
     def save(self, state, keep=KEEP):
         """Write the checkpoint of state.update whole or not at all; prune old ones. Returns its path."""
         name = f"ckpt-{state.update:06d}.npz"
+        self._writing()
         self.store.write(name, checkpoint.to_bytes(state))
         for old in self.checkpoints()[keep:]:
             self.store.delete(old)
@@ -99,8 +130,10 @@ class Run:
         """The newest usable checkpoint as a State, or None if there is none.
 
         A corrupt newest checkpoint (a crash mid-write, a damaged disk) is reported by name
-        through `warn` and the previous one is used. If none can be read, or the newest
-        readable one belongs to another config, CheckpointError: never a silent fresh start.
+        through `warn` and the previous one is used; self.loaded names the one returned. If none
+        can be read, one is of another network (checkpoint.WrongNetwork: its arrays' shapes), or
+        the newest readable one belongs to another config, CheckpointError: never a silent fresh
+        start, and never an older checkpoint in place of a bug's.
         """
         names = self.checkpoints()
         if not names:
@@ -110,6 +143,8 @@ class Run:
             try:
                 state = self.load(name)
                 break
+            except WrongNetwork:
+                raise
             except CheckpointError as e:
                 bad.append(str(e))
         else:
@@ -122,8 +157,7 @@ class Run:
                     f"checkpoint {self.file(name)} was made with {key}={state.config.get(key)!r}, "
                     f"not {config.get(key)!r}; use another --run-dir"
                 )
-        if state.params["W1"].shape != (state.params["W2"].shape[0], 80 * 80):
-            raise CheckpointError(f"checkpoint {self.file(name)} has weights of shape {state.params['W1'].shape}")
+        self.loaded = name
         return state
 
     def export(self, state, records):
@@ -152,6 +186,7 @@ class Run:
 
     def append_metrics(self, record):
         name = METRICS if self.store.appends else metrics_segment(record["update"])
+        self._writing()
         self.store.append(name, json.dumps(record) + "\n")
 
     def metrics_files(self, names=None):
@@ -186,23 +221,49 @@ class Run:
                 records.append(record)
         return records
 
-    def trim_metrics(self, last_update):
-        """Drop metric lines of updates after the checkpoint we resume from (they will be run again)."""
+    def trim_metrics(self, last_update, warn=print):
+        """Keep the metric lines of updates up to last_update, the checkpoint a run starts from (0 for
+        a fresh start): later ones will be run again. A line cut short when the driver died (a torn
+        last line) or unreadable is cut too. What was dropped, and the updates up to last_update that
+        have no line (lost, though their checkpoint counted them), are said through `warn`."""
+        self._writing()
+        torn, dropped, seen = [], [], set()
         for name in self.metrics_files():
-            lines = self.store.read(name).decode().splitlines(keepends=True)
+            lines = self.store.read(name).decode(errors="replace").splitlines(keepends=True)
             kept = []
             for line in lines:
                 try:
-                    if json.loads(line)["update"] <= last_update:
-                        kept.append(line)
+                    update = json.loads(line)["update"]
                 except (ValueError, KeyError, TypeError):
-                    pass  # a line cut short when the driver died
+                    update = None
+                if not isinstance(update, int):  # cut short when the driver died, or not a record
+                    torn.append(f"{name}: {len(line.encode())} bytes {line[:40]!r}")
+                    continue
+                if update > last_update:
+                    dropped.append(update)
+                    continue
+                seen.add(update)
+                kept.append(line if line.endswith("\n") else line + "\n")
             if kept == lines:
                 continue
             if kept or name == METRICS:
                 self.store.write(name, "".join(kept).encode())
             else:
                 self.store.delete(name)
+        if torn:
+            what = "a torn or unreadable metrics line" if len(torn) == 1 else f"{len(torn)} torn or unreadable lines"
+            warn(f"cut {what} of {self.path}, as a driver killed mid-write leaves: {'; '.join(torn)}")
+        start = f"the checkpoint of update {last_update}" if last_update else "no checkpoint"
+        if dropped:
+            again = "it runs" if len(set(dropped)) == 1 else "they run"
+            warn(f"dropped the metrics of {_updates(dropped)} of {self.path}, past {start}: {again} again")
+        lost = sorted(set(range(1, last_update + 1)) - seen)
+        if lost:
+            its, it = ("its", "it") if len(lost) == 1 else ("their", "them")
+            warn(
+                f"{self.path} has no metrics line for {_updates(lost)}: lost, though "
+                f"{self.loaded or 'the checkpoint'} counts {its} episodes; plots and trend lines skip {it}"
+            )
 
     @classmethod
     def of_file(cls, path):

@@ -35,11 +35,20 @@ class LocalStore:
         self.root = root
 
     def prepare(self):
+        """Create the folder and check that it takes writes; StoreError if not."""
+        if os.path.exists(self.root) and not os.path.isdir(self.root):
+            raise StoreError(f"run dir {self.root} is a file, not a folder; give a folder as --run-dir")
         try:
             os.makedirs(self.root, exist_ok=True)
             with tempfile.TemporaryFile(dir=self.root):
                 pass
-            for name in os.listdir(self.root):  # left by a writer killed before its rename
+        except OSError as e:
+            raise StoreError(f"cannot write run dir {self.root}: {e.strerror or e}") from None
+
+    def clean(self):
+        """Remove the temp files of a writer killed before its rename (only the run dir's lock holder may)."""
+        try:
+            for name in os.listdir(self.root):
                 if name.startswith(".") and name.endswith(TMP_SUFFIX):
                     os.unlink(os.path.join(self.root, name))
         except OSError as e:
@@ -108,11 +117,17 @@ class S3Store:
     def key(self, name):
         return f"{self.prefix}/{name}" if self.prefix else name
 
-    def _call(self, what, fn, **kwargs):
+    def _call(self, what, fn, quiet=(), **kwargs):
+        """fn(Bucket=..., **kwargs), its errors as one StoreError line; None for an error code in quiet."""
         from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
         try:
-            return fn(Bucket=self.bucket, **kwargs)
+            try:
+                return fn(Bucket=self.bucket, **kwargs)
+            except ClientError as e:
+                if e.response.get("Error", {}).get("Code", "") in quiet:
+                    return None
+                raise
         except NoCredentialsError:
             raise StoreError(
                 f"no AWS credentials to {what} {self.url}; on AWS give the head node an IAM role "
@@ -136,6 +151,35 @@ class S3Store:
         probe = self.key(".pong-write-check")
         self._call("write to", self.s3.put_object, Key=probe, Body=b"")
         self._call("write to", self.s3.delete_object, Key=probe)
+
+    def clean(self):
+        """Nothing to clean: an S3 PUT leaves no partial object."""
+
+    # Conditional writes (S3's If-None-Match and If-Match), for the run dir's lock (lock.py).
+    # A write that lost its condition is answered None: PreconditionFailed (412), or
+    # ConditionalRequestConflict (409) when another conditional write to the key runs at once.
+    LOST = ("PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey")
+
+    def create(self, name, data):
+        """PUT name only if no object has that name: its ETag, or None if one does."""
+        done = self._call(
+            "write to", self.s3.put_object, quiet=self.LOST, Key=self.key(name), Body=data, IfNoneMatch="*"
+        )
+        return done and done["ETag"]
+
+    def replace(self, name, data, etag):
+        """PUT name only if its ETag is still etag: the new ETag, or None if it changed or is gone."""
+        done = self._call("write to", self.s3.put_object, quiet=self.LOST, Key=self.key(name), Body=data, IfMatch=etag)
+        return done and done["ETag"]
+
+    def read_tagged(self, name):
+        """(bytes, ETag) of name, or None if there is none."""
+        got = self._call("read", self.s3.get_object, quiet=("NoSuchKey",), Key=self.key(name))
+        return got and (got["Body"].read(), got["ETag"])
+
+    def delete_tagged(self, name, etag):
+        """Delete name only if its ETag is still etag."""
+        self._call("delete from", self.s3.delete_object, quiet=self.LOST, Key=self.key(name), IfMatch=etag)
 
     def names(self):
         names, token = [], {}

@@ -24,6 +24,7 @@ import numpy as np
 
 from . import checkpoint, config, policy, rollout, watch
 from .cli import fail
+from .lock import LockLost
 from .logline import kv, peak_rss_mb
 from .run import Run
 from .store import StoreError
@@ -143,7 +144,7 @@ class Trainer:
     def save(self):
         t = time.perf_counter()
         path = self.run_dir.save(self.state)
-        self.saved = self.state.update
+        self.saved, self.checkpoint = self.state.update, path
         return path, time.perf_counter() - t
 
     def progress(self, first, started):
@@ -160,6 +161,8 @@ class Trainer:
         cfg, s = self.cfg, self.state
         first = s.update
         self.saved = s.update
+        loaded = self.run_dir.loaded  # the checkpoint resumed from: the done line's until this run writes one
+        self.checkpoint = self.run_dir.file(loaded) if loaded else None
         started = time.perf_counter()
         reason = "finished"
         self.start_watch()
@@ -191,7 +194,6 @@ class Trainer:
         if s.update > 0 and self.saved != s.update:
             self.save()
         self.print_trend()
-        latest = self.run_dir.checkpoints()
         seconds = time.perf_counter() - started
         steps = sum(r["env_steps"] for r in self.records)
         line = kv(
@@ -206,7 +208,7 @@ class Trainer:
             total_episodes=s.episodes,
             nodes=len(self.pool.episodes_by_node),
             episodes_by_node=",".join(f"{n[:8]}:{c}" for n, c in sorted(self.pool.episodes_by_node.items())),
-            checkpoint=self.run_dir.file(latest[0]) if latest else "none",
+            checkpoint=self.checkpoint or "none",
             driver_peak_rss_mb=peak_rss_mb(),
             actor_peak_rss_mb=self.pool.peak_rss_mb(),
         )
@@ -215,31 +217,39 @@ class Trainer:
 
 
 def initial_state(cfg, run, given=frozenset()):
-    """Resume from the run's latest checkpoint, or start fresh. given: the config fields named
-    on the command line (config.given_flags)."""
+    """Lock the run dir, then resume from its latest checkpoint or start fresh: (state, kept), kept the
+    config fields the checkpoint decided ({} for a fresh start). given: the config fields named on the
+    command line (config.given_flags). A refusal writes nothing."""
+    warn = lambda m: print(f"WARNING: {m}", flush=True)  # noqa: E731
     try:
-        run.prepare()
+        run.prepare(warn=warn)
     except StoreError as e:
         fail(str(e))
     as_dict = dataclasses.asdict(cfg)
     try:
-        state = run.load_latest(as_dict, warn=lambda m: print(f"WARNING: {m}", flush=True))
+        state = run.load_latest(as_dict, warn=warn)
     except checkpoint.CheckpointError as e:
         fail(str(e))
     if state is None:
+        run.trim_metrics(0, warn=warn)  # a run that died before its first checkpoint runs again from update 1
         params = policy.init_params(np.random.default_rng(cfg.seed))
-        return checkpoint.State(params=params, cache=policy.zeros_like_params(params), config=as_dict), False
-    run.trim_metrics(state.update)
-    cfg = keep_optimizer(cfg, state.config, given)
-    state.config = dataclasses.asdict(keep_learning_rate(cfg, state.config))
-    return state, True
+        return checkpoint.State(params=params, cache=policy.zeros_like_params(params), config=as_dict), {}
+    cfg, kept = keep_run(cfg, state.config, given)
+    cfg = keep_learning_rate(cfg, state.config)
+    if "learning_rate" not in given:
+        kept["learning_rate"] = cfg.learning_rate
+    run.trim_metrics(state.update, warn=warn)
+    state.config = dataclasses.asdict(cfg)
+    return state, kept
 
 
-def keep_optimizer(cfg, made_with, given):
-    """A resumed run keeps its optimizer (the fields of config.OPTIMIZER_BEFORE_FIELDS) from made_with, the checkpoint's
-    config; a run made before those fields existed used pg-pong's. Another value named on the
-    command line would make a different run under the same name: refused."""
-    kept = {k: made_with.get(k, before) for k, before in config.OPTIMIZER_BEFORE_FIELDS.items()}
+def keep_run(cfg, made_with, given):
+    """A resumed run keeps what decides its bits (config.KEPT_ON_RESUME: batch size, seed, optimizer)
+    from made_with, the checkpoint's config; a run made before a field existed has its value there.
+    Another value named on the command line would make a different run under the same name: refused.
+    (cfg, {field: value kept})."""
+    kept = {k: made_with.get(k, before) for k, before in config.KEPT_ON_RESUME.items()}
+    kept = {k: v for k, v in kept.items() if v is not None}
     for key, value in kept.items():
         if key in given and getattr(cfg, key) != value:
             flag = "--" + key.replace("_", "-")
@@ -247,7 +257,10 @@ def keep_optimizer(cfg, made_with, given):
                 f"{cfg.run_dir} was made with {flag} {value} and a resumed run keeps it; "
                 f"leave out {flag}, or start a new run with another --run-dir"
             )
-    return dataclasses.replace(cfg, **kept)
+    cfg = dataclasses.replace(cfg, **kept)
+    if cfg.learning_rate_rule == "auto":  # the rule's rate for the run's own batch size and start
+        cfg = dataclasses.replace(cfg, learning_rate=config.auto_learning_rate(cfg.batch_size, cfg.rmsprop_start))
+    return cfg, kept
 
 
 def keep_learning_rate(cfg, made_with):
@@ -276,8 +289,16 @@ def main(argv=None):
         rollout.check_env_id(cfg.env)
     except rollout.EnvError as e:
         fail(str(e))
-    state, resumed = initial_state(cfg, run, config.given_flags(argv))
-    cfg = config.Config(**state.config)  # a resumed run may keep its own learning rate
+    try:
+        start_and_train(cfg, run, config.given_flags(argv))
+    finally:
+        run.close()  # a clean end, SIGINT, SIGTERM or an error: the run dir's lock goes
+
+
+def start_and_train(cfg, run, given):
+    """Lock the run dir, resume or start, and train; the caller releases the lock."""
+    state, kept = initial_state(cfg, run, given)
+    cfg = config.Config(**state.config)  # a resumed run keeps its own batch size, seed, optimizer, learning rate
 
     import ray
 
@@ -299,7 +320,8 @@ def main(argv=None):
             blas_threads=blas_threads,
             blas=info[0]["blas"],
             thread_presets=",".join(sorted({f"{k}={v or 'unset'}" for d in info for k, v in d["env"].items()})),
-            resumed_at_update=state.update if resumed else 0,
+            resumed_at_update=state.update,
+            **({"kept": ",".join(f"{k}={v}" for k, v in kept.items())} if kept else {}),
             ray=ray.__version__,
             numpy=np.__version__,
         ),
@@ -315,8 +337,9 @@ def main(argv=None):
     try:
         trainer.run()
     except StoreError as e:  # the disk filled up, S3 refused a PUT, credentials expired: stop, keep what is saved
-        kept = f"the last good checkpoint is of update {trainer.saved}" if trainer.saved else "no checkpoint was saved"
-        print(f"error: {e}; training stopped and {kept}; fix the run dir, then run again to resume", file=sys.stderr)
+        saved = f"the last good checkpoint is of update {trainer.saved}" if trainer.saved else "no checkpoint was saved"
+        then = "" if isinstance(e, LockLost) else "; fix the run dir, then run again to resume"
+        print(f"error: {e}; training stopped and {saved}{then}", file=sys.stderr)
         sys.exit(1)
 
 

@@ -122,6 +122,7 @@ def bench_trainer(env_id, workers, batch_size, run_dir):
     rec = trainer.run()[0]
     driver_cpu_s = time.process_time() - cpu
     trainer.pool.shutdown()  # give their CPUs back
+    run.close()  # the run dir's lock
     assert run.checkpoints(), "the benchmark's update wrote no checkpoint"
     total = rec["seconds"] + rec["checkpoint_s"]
     busy_s = sum(r.seconds for r in trainer.last_results)
