@@ -80,3 +80,20 @@ def test_the_seed_decides_the_episodes():
     first, again, other = (runner.play(seed, 1, 0) for seed in (11, 11, 12))
     assert (first.steps, first.reward) == (again.steps, again.reward)
     assert first.steps != other.steps
+
+
+@pytest.mark.slow
+def test_each_update_draws_its_own_random_numbers(tmp_path):
+    """Two updates at a learning rate far too small to move a float32 weight (1e-30) play the very
+    same weights; their episodes still differ, as each draws its frame skips, sticky actions and
+    sampled actions from (seed, update, episode). A stream that left out the update would replay
+    update 1's games in every update."""
+    run_dir = tmp_path / "run"
+    args = ["--batch-size", "3", "--updates", "2", "--workers", "1", "--seed", "7", "--learning-rate", "1e-30"]
+    proc = train_locally(*args, "--run-dir", str(run_dir))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    start = policy.init_params(np.random.default_rng(7))
+    last = Run(run_dir).load("ckpt-000002.npz").params
+    assert all(last[k].tobytes() == start[k].tobytes() for k in start)  # update 2 played update 1's weights
+    first, second = read_metrics(run_dir)
+    assert first["episode_steps"] != second["episode_steps"], (first, second)

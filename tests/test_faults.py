@@ -17,7 +17,7 @@ import pytest
 from harness import JOB_DIR, RAY, fields, run
 from harness.aws import aws_env, iam_user, moto_with_iam, use_aws
 from harness.cluster import stop_job, wait_until_done
-from harness.runs import assert_same_run, read_metrics, trainer_env
+from harness.runs import assert_same_run, read_metrics, train_locally, trainer_env
 from pgpong import policy
 from pgpong.pool import RolloutPool
 
@@ -399,3 +399,40 @@ def test_s3_credentials_revoked_mid_run_end_it_in_one_line_keeping_the_last_good
             training.kill()
         server.kill()
         server.wait()
+
+
+# -- a bug in our own code inside an actor is not a fault ----------------------------------
+
+
+@pytest.mark.slow
+def test_an_error_our_code_raises_in_the_actors_stops_the_run_after_one_replay_and_saves_nothing(tmp_path):
+    """A checkpoint whose weights blew up (W1 x 1e9, W2 zero: every episode's gradient is far above
+    the fixed point's limit) makes rollout.py raise GradientOverflow inside every actor. That is
+    replayed once, as a fault would be; the same episode failing so again stops the run in one line,
+    with the run dir as it was."""
+    from pgpong.run import Run
+
+    run_dir = tmp_path / "run"
+    args = ["--batch-size", "2", "--workers", "2", "--run-dir", str(run_dir)]
+    made = train_locally(*args, "--updates", "1")
+    assert made.returncode == 0, made.stderr[-3000:]
+    run = Run(run_dir)
+    state = run.load(run.checkpoints()[0])
+    state.params["W1"] *= np.float32(1e9)
+    state.params["W2"][:] = 0
+    run.save(state)
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
+
+    proc = train_locally(*args, "--updates", "3", timeout=120)  # replayed with no limit, it never ends
+    line = assert_one_error_line(
+        proc.returncode, proc.stderr, "of update 2 raised GradientOverflow twice", "a bug, not a fault"
+    )
+    assert line.endswith(
+        "training stopped and the last good checkpoint is of update 1 (docs/reliability.md, A bug in an actor)"
+    )
+    faults = [fields(x) for x in proc.stdout.splitlines() if x.startswith("fault ")]
+    assert faults and all(f["error"] == "RayTaskError(GradientOverflow)" for f in faults), proc.stdout
+    assert all(f["note"] == "replaying_once" for f in faults), proc.stdout
+    assert len(faults) <= 2, proc.stdout  # of 2 episodes, a third failure is a second one of either
+    assert not [x for x in proc.stdout.splitlines() if x.startswith(("update=", "done "))], proc.stdout
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before  # nothing saved, nothing appended

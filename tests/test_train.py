@@ -5,10 +5,11 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
-from harness import JOB_DIR
+from harness import JOB_DIR, fields
 from harness.runs import assert_same_run, read_metrics, train_locally, trainer_env
 from pgpong import config, train
 from pgpong.run import Run
@@ -36,6 +37,7 @@ metrics = read_metrics
         (["--checkpoint-every", "1.5"], "argument --checkpoint-every: must be a whole number >= 1, not '1.5'"),
         (["--rmsprop-start", "one"], "argument --rmsprop-start: must be 'corrected' or 'zero', not 'one'"),
         (["--rmsprop-decay", "1"], "argument --rmsprop-decay: must be a number between 0 and 1, e.g. 0.99, not '1'"),
+        (["--actor-wait-s", "0"], "argument --actor-wait-s: must be a whole number >= 1, not '0'"),
         (["--bogus", "1"], "unrecognized arguments: --bogus 1"),
         (["--env", "NoSuchGame-v9"], "unknown env id 'NoSuchGame-v9'"),
         (["--env", "CartPole-v1"], "is not an Atari (ALE) env"),
@@ -242,3 +244,67 @@ def test_a_resumed_run_keeps_its_optimizer_and_refuses_another(tmp_path):
     old = train_locally(*args)
     assert old.returncode == 0, old.stderr[-3000:]
     assert [start_config(old.stdout)[k] for k in ("rmsprop_start", "rmsprop_decay")] == ["zero", 0.99]
+
+
+@pytest.mark.slow
+def test_after_a_stop_the_done_line_counts_only_the_episodes_of_finished_updates(tmp_path):
+    """SIGTERM early in update 2: the episodes update 2 had played are dropped with it, from
+    episodes_by_node too, which once counted them (3,181 episodes by node against episodes=3000)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgpong.train", "--batch-size", "24", "--workers", "2", "--updates", "0"]
+        + ["--checkpoint-every", "1000", "--run-dir", str(tmp_path / "run")],
+        cwd=JOB_DIR,
+        env=trainer_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        out = []
+        for line in proc.stdout:
+            out.append(line)
+            if line.startswith("update=1 "):
+                break
+        time.sleep(2)  # some of update 2's 24 episodes, not all: 0.3 to 1 s each here, 2 at a time
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        proc.wait()
+    out = "".join(out) + rest
+    assert proc.returncode == 0, out
+    assert lines(out, "stopping ")[0]["dropped_update"] == "2", out
+    done = fields(lines(out, "done ")[0]["_"])
+    by_node = {node: int(n) for node, n in (pair.split(":") for pair in done["episodes_by_node"].split(","))}
+    assert sum(by_node.values()) == int(done["episodes"]) == 24, done
+    assert int(done["nodes"]) == len(by_node) == 1, done
+
+
+@pytest.mark.slow
+def test_actors_without_a_free_cpu_are_waited_for_as_the_flag_says_then_one_line(local_ray, tmp_path):
+    """One of the suite head's 2 CPUs is held (a placement group, as another job would hold it): of 2
+    actors one starts, and the trainer says at once what it waits for, then gives up after
+    --actor-wait-s in one line."""
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    held = placement_group([{"CPU": 1}])
+    local_ray.get(held.ready(), timeout=60)
+    try:
+        started = time.monotonic()
+        proc = train_locally("--batch-size", "2", "--workers", "2", "--actor-wait-s", "8", "--run-dir", str(tmp_path))
+        took = time.monotonic() - started
+    finally:
+        remove_placement_group(held)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr[-3000:]
+    # the last line, and the only error (Ray may warn first, e.g. of other Ray heads on this machine)
+    assert [line for line in proc.stderr.splitlines() if "error" in line.lower()] == [
+        proc.stderr.strip().splitlines()[-1]
+    ]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: only 1 of 2 rollout actors started in 8s; each needs a free CPU: are other jobs holding them? "
+        "Free some, use fewer --workers, or wait longer with --actor-wait-s"
+    )
+    waiting = [fields(line) for line in proc.stdout.splitlines()]
+    assert waiting == [{"actors": "2", "answered": "0", "waiting_for": "2", "waited_s": "0", "limit_s": "8"}]
+    assert proc.stdout.startswith("starting "), proc.stdout
+    assert took < 60, took  # Ray's start (about 12 s here) and the 8 s

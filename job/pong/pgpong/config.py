@@ -61,6 +61,13 @@ class Config:
         metadata={"help": f"checkpoints and metrics.jsonl; reused to resume (default {DEFAULT_RUNS}/<time>)"},
     )
     checkpoint_every: int = dataclasses.field(default=10, metadata={"help": "updates between checkpoints"})
+    actor_wait_s: int = dataclasses.field(
+        default=300,
+        metadata={
+            "help": "seconds to wait for the rollout actors to start (each needs a free CPU) before giving up; "
+            "meanwhile a `starting` line every 30 s says how many answered"
+        },
+    )
 
     def __post_init__(self):
         if self.learning_rate == "auto":  # resolved once, so the run's config records the number used
@@ -124,6 +131,7 @@ _TYPES = {
     "seed": cli.at_least(0),
     "learning_rate": cli.checked(_learning_rate, "'auto' or a number > 0"),
     "checkpoint_every": cli.at_least(1),
+    "actor_wait_s": cli.at_least(1),
     "rmsprop_start": cli.checked(_start, "'corrected' or 'zero'"),
     "rmsprop_decay": cli.checked(_decay, "a number between 0 and 1, e.g. 0.99"),
 }

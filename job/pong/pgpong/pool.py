@@ -7,6 +7,11 @@ another actor. Episodes are deterministic in (seed, update, episode), so the
 replay is the same episode. Actors restart by themselves (max_restarts); the
 pool uses a restarted actor again once it answers, which for a lost node is
 when a node with free CPUs joins.
+
+A fault is Ray's: an actor, node or object lost. An exception our own code raised
+inside an actor (RayTaskError wrapping, say, GradientOverflow) is replayed once like
+a fault, in case it was the machine; the same error from the same episode again is a
+bug, which every replay would repeat: the update stops with BugError.
 """
 
 import collections
@@ -15,18 +20,37 @@ import time
 
 import numpy as np
 import ray
-from ray.exceptions import RayError
+from ray.exceptions import RayError, RayTaskError
 
 from . import rollout
+from .config import Config
 from .logline import kv
 from .workers import Worker
 
-START_TIMEOUT_S = 300
+SAY_EVERY_S = 30  # while it waits, a `starting` line this often
 WAIT_S = 0.25  # ray.wait timeout: how soon the driver sees a signal (ray job stop) or a message
 
 
 class PoolError(Exception):
     """The pool cannot start; the message says why in one line."""
+
+
+class BugError(Exception):
+    """Our own code raised the same error twice for one episode: a replay would raise it again."""
+
+    def __init__(self, update, episode, error):
+        self.update, self.episode, self.error = update, episode, error
+        message = " ".join(str(error).split())  # one line, whatever the exception's text
+        super().__init__(f"episode {episode} of update {update} raised {type(error).__name__} twice: {message}")
+
+
+def own_error(error):
+    """The exception our code raised inside an actor, or None for Ray's own errors (a lost actor,
+    node or object: faults). Ray wraps the former in RayTaskError; an exception it could not
+    pickle arrives as a plain RayError, which is ours too."""
+    if isinstance(error, RayTaskError) and (not isinstance(error.cause, RayError) or type(error.cause) is RayError):
+        return error.cause
+    return None
 
 
 @dataclasses.dataclass
@@ -42,20 +66,45 @@ class UpdateResult:
 
 
 class RolloutPool:
-    def __init__(self, env_id, size, out=print):
+    def __init__(self, env_id, size, out=print, wait_s=Config.actor_wait_s, check_stop=lambda: None):
+        """Start `size` actors and wait up to wait_s seconds for all of them to answer (each needs a
+        free CPU), saying so every SAY_EVERY_S; check_stop() is called every WAIT_S meanwhile."""
         self.env_id = env_id
         self.out = out
         self.actors = [Worker.remote(env_id) for _ in range(size)]
         probes = [a.describe.remote() for a in self.actors]
-        ready, _ = ray.wait(probes, num_returns=size, timeout=START_TIMEOUT_S)
-        if len(ready) < size:
-            raise PoolError(f"only {len(ready)} of {size} rollout actors started in {START_TIMEOUT_S}s; are CPUs busy?")
+        self.wait_to_start(probes, wait_s, check_stop)
         self.info = ray.get(probes)
         self.node = {i: d["node"] for i, d in enumerate(self.info)}
         self.healthy = set(range(size))
         self.probes = {}  # describe() ref -> actor index, for actors we wait to hear from again
-        self.episodes_by_node = collections.Counter()
+        self.episodes_by_node = collections.Counter()  # episodes of the updates played, and the one in flight
         self.sums_received = 0  # gradient sums the driver added, over all updates: one per node and update
+
+    def wait_to_start(self, probes, wait_s, check_stop):
+        size, started, said = len(probes), time.monotonic(), 0
+        ready = []
+        while len(ready) < size:
+            waited = time.monotonic() - started
+            if waited >= said * SAY_EVERY_S:
+                self.out(
+                    kv(
+                        "starting",
+                        actors=size,
+                        answered=len(ready),
+                        waiting_for=size - len(ready),
+                        waited_s=said * SAY_EVERY_S,
+                        limit_s=wait_s,
+                    )
+                )
+                said += 1
+            if waited >= wait_s:
+                raise PoolError(
+                    f"only {len(ready)} of {size} rollout actors started in {wait_s}s; each needs a free CPU: "
+                    "are other jobs holding them? Free some, use fewer --workers, or wait longer with --actor-wait-s"
+                )
+            ready, _ = ray.wait(probes, num_returns=size, timeout=min(WAIT_S, wait_s - waited))
+            check_stop()
 
     def peak_rss_mb(self):
         """The largest peak resident memory of the healthy actors, in MiB."""
@@ -71,7 +120,7 @@ class RolloutPool:
 
     # -- faults ----------------------------------------------------------------
 
-    def _lost(self, i, error, replayed):
+    def _lost(self, i, error, replayed, note="restarting"):
         """Actor i failed and `replayed` episodes of its sum are played again: wait until it answers."""
         if i in self.healthy:
             self.healthy.discard(i)
@@ -85,7 +134,7 @@ class RolloutPool:
                     error=type(error).__name__,
                     replayed=replayed,
                     healthy=len(self.healthy),
-                    note="restarting",
+                    note=note,
                 )
             )
         elif replayed:
@@ -109,15 +158,19 @@ class RolloutPool:
         """Play episodes 0..batch_size-1 with `params` and sum their gradients, each exactly once."""
         batch = Batch(self, params, seed, update, batch_size)
         rollout_s = reduce_s = 0.0
-        while batch.todo:
-            t = time.perf_counter()
-            batch.play(check_stop)
-            rollout_s += time.perf_counter() - t
-            t = time.perf_counter()
-            batch.reduce()
-            reduce_s += time.perf_counter() - t
-            # every sum is in or lost now: whatever the ledger lacks is played again
-            batch.todo = collections.deque(batch.ledger.missing())
+        try:
+            while batch.todo:
+                t = time.perf_counter()
+                batch.play(check_stop)
+                rollout_s += time.perf_counter() - t
+                t = time.perf_counter()
+                batch.reduce()
+                reduce_s += time.perf_counter() - t
+                # every sum is in or lost now: whatever the ledger lacks is played again
+                batch.todo = collections.deque(batch.ledger.missing())
+        except BaseException:  # a stop or a bug drops the update: its episodes count nowhere
+            self.episodes_by_node.subtract(batch.node_of.values())
+            raise
         batch.ledger.check()
         ledger = {"ledger": "complete", "replayed": batch.played - batch_size, "discarded": batch.ledger.discarded}
         grads = rollout.to_float(*batch.total[:2])
@@ -140,12 +193,21 @@ class Batch:
         self.total = (np.zeros((pixels, hidden), np.int64), np.zeros(hidden, np.int64), np.zeros(pixels, np.bool_))
         self.played = 0  # episodes handed out, replays included
         self.driver_bytes = 0
+        self.node_of = {}  # episode -> the node whose result of it is kept (pool.episodes_by_node counts it)
+        self.raised = {}  # episode -> the type of the exception our code raised while playing or summing it
 
     def lose(self, i, error, in_flight=()):
-        """Actor i failed: replay every episode its sum held (and the one it was playing)."""
+        """Actor i failed: replay every episode its sum held (and the one it was playing), unless
+        our own code raised the same error for one of them before (BugError)."""
         episodes = self.owned.pop(i, []) + list(in_flight)
+        raised = own_error(error)
+        if raised is not None:  # the episode it was playing raised, or else (in the reduce) its whole sum
+            for ep in list(in_flight) or episodes:
+                if self.raised.get(ep) is type(raised):
+                    raise BugError(self.update, ep, raised)
+                self.raised[ep] = type(raised)
         self.todo.extend(episodes)
-        self.pool._lost(i, error, replayed=len(episodes))
+        self.pool._lost(i, error, replayed=len(episodes), note="restarting" if raised is None else "replaying_once")
 
     def play(self, check_stop):
         """Hand out todo to the idle healthy actors until every episode is played or lost."""
@@ -181,6 +243,9 @@ class Batch:
                 self.results[ep] = result
                 self.owned[i].append(ep)
                 pool.node[i] = node
+                if ep in self.node_of:  # a replay: the episode counts once, for the node that played it last
+                    pool.episodes_by_node[self.node_of[ep]] -= 1
+                self.node_of[ep] = node
                 pool.episodes_by_node[node] += 1
             feed()
 

@@ -16,6 +16,7 @@ driver adds one gradient per node and takes an RMSProp step.
 
 import dataclasses
 import json
+import os
 import signal
 import sys
 import time
@@ -68,7 +69,9 @@ class Trainer:
             fail(f"--workers {wanted} is more than the cluster's {cpus} CPUs; use --workers auto or fewer")
         size = max(1, min(wanted, self.cfg.batch_size))  # more actors than episodes would sit idle
         try:
-            self.pool = RolloutPool(self.cfg.env, size, out=self.out)
+            self.pool = RolloutPool(
+                self.cfg.env, size, out=self.out, wait_s=self.cfg.actor_wait_s, check_stop=check_stop
+            )
         except PoolError as e:
             fail(str(e))
         return cpus, self.pool.info
@@ -196,6 +199,7 @@ class Trainer:
         self.print_trend()
         seconds = time.perf_counter() - started
         steps = sum(r["env_steps"] for r in self.records)
+        by_node = +self.pool.episodes_by_node  # without the nodes whose episodes were all dropped or replayed
         line = kv(
             "done",
             *([] if reason == "finished" else [f"stopped={reason}"]),
@@ -206,8 +210,8 @@ class Trainer:
             env_steps_per_s=steps / seconds if seconds else 0.0,
             last_update=s.update,
             total_episodes=s.episodes,
-            nodes=len(self.pool.episodes_by_node),
-            episodes_by_node=",".join(f"{n[:8]}:{c}" for n, c in sorted(self.pool.episodes_by_node.items())),
+            nodes=len(by_node),
+            episodes_by_node=",".join(f"{n[:8]}:{c}" for n, c in sorted(by_node.items())),
             checkpoint=self.checkpoint or "none",
             driver_peak_rss_mb=peak_rss_mb(),
             actor_peak_rss_mb=self.pool.peak_rss_mb(),
@@ -306,7 +310,11 @@ def start_and_train(cfg, run, given):
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     trainer = Trainer(cfg, state, run)
-    cpus, info = trainer.start_pool()
+    try:
+        cpus, info = trainer.start_pool()
+    except Stopped as e:  # ray job stop while the actors wait for CPUs: nothing was played, nothing to save
+        print(kv("stopping", signal=str(e), during="starting", resume_from_update=state.update), flush=True)
+        return
     nodes = {d["node"] for d in info}
     blas_threads = max(d["blas_threads"] for d in info)
     print(
@@ -334,13 +342,28 @@ def start_and_train(cfg, run, given):
             "in the job's runtime env or the node's environment, or actors will oversubscribe the cores.",
             flush=True,
         )
+    from .pool import BugError
+
     try:
         trainer.run()
     except StoreError as e:  # the disk filled up, S3 refused a PUT, credentials expired: stop, keep what is saved
-        saved = f"the last good checkpoint is of update {trainer.saved}" if trainer.saved else "no checkpoint was saved"
         then = "" if isinstance(e, LockLost) else "; fix the run dir, then run again to resume"
-        print(f"error: {e}; training stopped and {saved}{then}", file=sys.stderr)
+        print(f"error: {e}; training stopped and {kept(trainer)}{then}", file=sys.stderr)
         sys.exit(1)
+    except BugError as e:  # our code raised it twice: a replay repeats a bug, so stop and save nothing new
+        # The episodes still in flight raise it too; Ray would print each at exit, traceback and all.
+        os.environ["RAY_IGNORE_UNHANDLED_ERRORS"] = "1"
+        print(
+            f"error: {e}; a bug, not a fault: training stopped and {kept(trainer)} "
+            "(docs/reliability.md, A bug in an actor)",
+            file=sys.stderr,
+        )
+        sys.exit(1)
+
+
+def kept(trainer):
+    """What a run stopped by an error keeps, as words for its error line."""
+    return f"the last good checkpoint is of update {trainer.saved}" if trainer.saved else "no checkpoint was saved"
 
 
 if __name__ == "__main__":
