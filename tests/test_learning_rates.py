@@ -38,20 +38,22 @@ def test_every_figure_of_the_table_is_its_runs_committed_metrics(entry):
 
 @pytest.mark.parametrize("start", sorted(RULES))
 def test_the_rule_is_the_best_measured_rate_at_each_batch_size(start):
-    """Of the runs with this start and the rule's decay, seed 0, the best rate at each batch size."""
+    """Of the runs with this start, seed 0, the best rate and decay at each batch size."""
     rule = RULES[start]
     best = {}
     for e in RUNS:
-        if (e["rmsprop_start"], e["rmsprop_decay"], e["seed"]) != (start, rule["decay"], 0):
+        if (e["rmsprop_start"], e["seed"]) != (start, 0):
             continue
         if e["batch_size"] not in best or e["running_reward"] > best[e["batch_size"]]["running_reward"]:
             best[e["batch_size"]] = e
-    assert sorted(rule["points"]) == sorted([b, e["learning_rate"]] for b, e in best.items())
+    assert sorted(rule["points"]) == sorted([b, e["learning_rate"], e["rmsprop_decay"]] for b, e in best.items())
     if start == config.Config().rmsprop_start:  # the default's rule, the one every run without flags takes
         assert len(best) >= 3, "measure at least a small, a middle and a large batch size"
         assert sum(e["batch_size"] == 300 for e in RUNS if e["rmsprop_start"] == start) >= 2, "two rates at 300"
     assert len(best) >= 2
-    assert config.Config(rmsprop_start=start).rmsprop_decay == rule["decay"]
+    for b, rate, decay in rule["points"]:  # what a run without flags at that batch size trains with
+        cfg = config.Config(batch_size=b, rmsprop_start=start)
+        assert (cfg.learning_rate, cfg.rmsprop_decay) == (rate, decay)
 
 
 @pytest.mark.parametrize("start", sorted(RULES))
@@ -66,6 +68,33 @@ def test_auto_goes_through_each_point_and_in_straight_lines_between_them_on_log_
         expected = math.exp(math.log(r0) + math.log(mid / b0) / math.log(b1 / b0) * math.log(r1 / r0))
         assert config.auto_learning_rate(mid, start) == pytest.approx(expected, rel=1e-2)
         assert min(r0, r1) <= config.auto_learning_rate(mid, start) <= max(r0, r1)
+
+
+@pytest.mark.parametrize("start", sorted(RULES))
+def test_auto_decay_goes_through_each_point_and_scales_one_minus_decay_on_log_axes_between(start):
+    points = config.rule(start)
+    for b, _, decay in points:
+        assert config.auto_rmsprop_decay(b, start) == decay
+    assert config.auto_rmsprop_decay(1, start) == points[0][2]
+    assert config.auto_rmsprop_decay(10 * points[-1][0], start) == points[-1][2]
+    for (b0, _, d0), (b1, _, d1) in zip(points, points[1:], strict=False):
+        mid = round(math.sqrt(b0 * b1))
+        expected = math.exp(math.log(1 - d0) + math.log(mid / b0) / math.log(b1 / b0) * math.log((1 - d1) / (1 - d0)))
+        assert 1 - config.auto_rmsprop_decay(mid, start) == pytest.approx(expected, rel=1e-2)
+
+
+@pytest.mark.parametrize(
+    "argv, decay",
+    [
+        ([], config.auto_rmsprop_decay(300)),
+        (["--batch-size", "10"], config.auto_rmsprop_decay(10)),
+        (["--rmsprop-decay", "auto", "--batch-size", "50"], config.auto_rmsprop_decay(50)),
+        (["--rmsprop-decay", "0.99"], 0.99),  # pg-pong's, one flag away
+        (["--rmsprop-start", "zero"], config.auto_rmsprop_decay(300, "zero")),
+    ],
+)
+def test_the_decay_defaults_to_auto_and_a_number_always_wins(argv, decay):
+    assert config.parse_args(argv).rmsprop_decay == decay
 
 
 @pytest.mark.parametrize(

@@ -53,8 +53,11 @@ class Config:
         },
     )
     rmsprop_decay: float = dataclasses.field(
-        default=DECAY_RATE,
-        metadata={"help": "RMSProp's decay of the squared-gradient average; a resumed run keeps its own"},
+        default="auto",
+        metadata={
+            "help": "RMSProp's decay of the squared-gradient average: a number, or auto = the rule's for the "
+            f"batch size and start (pgpong/learning_rates.json); {DECAY_RATE} is pg-pong's; a resumed run keeps its own"
+        },
     )
     run_dir: str = dataclasses.field(
         default="",
@@ -70,6 +73,8 @@ class Config:
     )
 
     def __post_init__(self):
+        if self.rmsprop_decay == "auto":  # resolved at once too: the checkpoint keeps the number
+            object.__setattr__(self, "rmsprop_decay", auto_rmsprop_decay(self.batch_size, self.rmsprop_start))
         if self.learning_rate == "auto":  # resolved once, so the run's config records the number used
             object.__setattr__(self, "learning_rate", auto_learning_rate(self.batch_size, self.rmsprop_start))
             object.__setattr__(self, "learning_rate_rule", "auto")
@@ -82,6 +87,8 @@ def _workers(text):
 
 
 def _decay(text):
+    if text == "auto":
+        return text
     value = float(text)
     if not 0 < value < 1:
         raise ValueError
@@ -99,29 +106,46 @@ def _learning_rate(text):
 
 
 @functools.cache
-def learning_rate_rule(start=DEFAULT_START):
-    """The rule's points [(batch size, learning rate), ...] by batch size for RMSProp's start
-    (Config.rmsprop_start), from RATES_FILE."""
+def rule(start=DEFAULT_START):
+    """The rule's points [(batch size, learning rate, decay), ...] by batch size for RMSProp's start
+    (Config.rmsprop_start), from RATES_FILE: at each measured batch size, the best run's settings."""
     with open(RATES_FILE) as f:
-        points = sorted((int(b), float(r)) for b, r in json.load(f)["rules"][start]["points"])
-    if not points or any(r <= 0 for _, r in points):
+        points = sorted((int(b), float(r), float(d)) for b, r, d in json.load(f)["rules"][start]["points"])
+    if not points or any(r <= 0 or not 0 < d < 1 for _, r, d in points):
         raise ValueError(f"{RATES_FILE} has no usable rule for rmsprop_start={start}")
     return points
 
 
-def auto_learning_rate(batch_size, start=DEFAULT_START):
-    """The measured rule: the best learning rate found at each measured batch size, straight
-    lines between them on log-log axes, and the nearest measured one outside their range."""
-    points = learning_rate_rule(start)
+def on_log_axes(points, batch_size):
+    """points [(batch size, value > 0)] joined by straight lines on log-log axes; outside their
+    range, the nearest point's value. 3 significant digits."""
     sizes = [b for b, _ in points]
     if batch_size <= sizes[0]:
         return points[0][1]
     if batch_size >= sizes[-1]:
         return points[-1][1]
     i = bisect.bisect_right(sizes, batch_size)
-    (b0, r0), (b1, r1) = points[i - 1], points[i]
+    (b0, v0), (b1, v1) = points[i - 1], points[i]
     t = math.log(batch_size / b0) / math.log(b1 / b0)
-    return float(f"{math.exp(math.log(r0) + t * math.log(r1 / r0)):.3g}")
+    return float(f"{math.exp(math.log(v0) + t * math.log(v1 / v0)):.3g}")
+
+
+def learning_rate_rule(start=DEFAULT_START):
+    """The rule's [(batch size, learning rate)]."""
+    return [(b, r) for b, r, _ in rule(start)]
+
+
+def auto_learning_rate(batch_size, start=DEFAULT_START):
+    """The measured rule: the best learning rate found at each measured batch size, straight
+    lines between them on log-log axes, and the nearest measured one outside their range."""
+    return on_log_axes(learning_rate_rule(start), batch_size)
+
+
+def auto_rmsprop_decay(batch_size, start=DEFAULT_START):
+    """The decay of the best run at each measured batch size; between them, 1 - decay on straight
+    lines on log-log axes, which is Malladi et al.'s scaling (1 - decay in proportion to the batch)
+    where the measured points follow it."""
+    return round(1 - on_log_axes([(b, 1 - d) for b, _, d in rule(start)], batch_size), 6)
 
 
 _TYPES = {
@@ -133,7 +157,7 @@ _TYPES = {
     "checkpoint_every": cli.at_least(1),
     "actor_wait_s": cli.at_least(1),
     "rmsprop_start": cli.checked(_start, "'corrected' or 'zero'"),
-    "rmsprop_decay": cli.checked(_decay, "a number between 0 and 1, e.g. 0.99"),
+    "rmsprop_decay": cli.checked(_decay, "'auto' or a number between 0 and 1, e.g. 0.99"),
 }
 
 

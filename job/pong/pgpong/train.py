@@ -348,20 +348,20 @@ def start_and_train(cfg, run, given):
         trainer.run()
     except StoreError as e:  # the disk filled up, S3 refused a PUT, credentials expired: stop, keep what is saved
         then = "" if isinstance(e, LockLost) else "; fix the run dir, then run again to resume"
-        print(f"error: {e}; training stopped and {kept(trainer)}{then}", file=sys.stderr)
+        print(f"error: {e}; training stopped and {last_good(trainer)}{then}", file=sys.stderr)
         sys.exit(1)
     except BugError as e:  # our code raised it twice: a replay repeats a bug, so stop and save nothing new
         # The episodes still in flight raise it too; Ray would print each at exit, traceback and all.
         os.environ["RAY_IGNORE_UNHANDLED_ERRORS"] = "1"
         print(
-            f"error: {e}; a bug, not a fault: training stopped and {kept(trainer)} "
+            f"error: {e}; a bug, not a fault: training stopped and {last_good(trainer)} "
             "(docs/reliability.md, A bug in an actor)",
             file=sys.stderr,
         )
         sys.exit(1)
 
 
-def kept(trainer):
+def last_good(trainer):
     """What a run stopped by an error keeps, as words for its error line."""
     return f"the last good checkpoint is of update {trainer.saved}" if trainer.saved else "no checkpoint was saved"
 
