@@ -123,3 +123,27 @@ def test_a_resumed_run_keeps_its_own_rate_unless_one_is_given(capsys):
     assert train.keep_learning_rate(given, made) == given  # the flag wins
     same = config.Config(batch_size=300)
     assert train.keep_learning_rate(same, dataclasses.asdict(same)) == same
+
+
+def test_between_two_decays_one_minus_decay_grows_with_the_batch_as_malladi_scales_it(tmp_path, monkeypatch):
+    """Batch 50 at 0.99 and batch 300 at 0.94 (1 - decay x6 for x6 the batch): in between, 1 - decay
+    in proportion to the batch, as Malladi et al. 2022 scale it; the rate on its own log-log line."""
+    rules = {"rules": {"corrected": {"points": [[50, 0.004, 0.99], [300, 0.01, 0.94]]}}}
+    (tmp_path / "rates.json").write_text(json.dumps(rules))
+    monkeypatch.setattr(config, "RATES_FILE", str(tmp_path / "rates.json"))
+    config.rule.cache_clear()
+    try:
+        assert [config.auto_rmsprop_decay(b, "corrected") for b in (10, 50, 100, 150, 300, 600)] == [
+            0.99,
+            0.99,
+            0.98,
+            0.97,
+            0.94,
+            0.94,
+        ]
+        assert config.auto_learning_rate(100, "corrected") == float(
+            f"{0.004 * (0.01 / 0.004) ** (math.log(2) / math.log(6)):.3g}"
+        )
+        assert config.Config(batch_size=150, rmsprop_start="corrected").rmsprop_decay == 0.97
+    finally:
+        config.rule.cache_clear()
