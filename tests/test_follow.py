@@ -46,7 +46,9 @@ def test_the_pool_grows_onto_a_joining_node_drops_it_when_it_dies_and_the_bits_s
     with two_node_cluster(second_node=False, **FAST_DEATH) as cluster:
         head = {n["node_id"] for n in cluster.alive_nodes()}
         submission = f"follow-{uuid.uuid4().hex[:8]}"
-        plain_submit(cluster, submission, *ARGS, "--updates", "0", "--run-dir", str(run_dir))
+        # --updates 1000, not 0 (until stopped), so the update lines show progress= and eta_s=, as the
+        # sample pasted from this log in docs/aws.md does; the test stops the job long before.
+        plain_submit(cluster, submission, *ARGS, "--updates", "1000", "--run-dir", str(run_dir))
         try:
             wait_for(cluster, submission, lambda t: len(lines_of(t, "update")) >= 2, what="two updates on the head")
             cluster.start_second_node()
@@ -83,7 +85,7 @@ def test_the_pool_grows_onto_a_joining_node_drops_it_when_it_dies_and_the_bits_s
         assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-3000:]
     assert status == "STOPPED", text[-4000:]
     [(_, start)] = lines_of(text, "start")
-    assert (start["workers"], start["worker_nodes"], start["pool"]) == ("1", "1", "follows_cluster"), start
+    assert (start["workers"], start["worker_nodes"]) == ("1", "1"), start
     [(grew_at, grew)] = lines_of(text, "growing")
     assert (grew["added"], grew["actors"], grew["cluster_cpus"]) == ("1", "2", "2"), grew
     [(joined_at, joined)] = lines_of(text, "joined")

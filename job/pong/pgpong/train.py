@@ -355,8 +355,6 @@ def train_on_ray(cfg, state, run, kept_fields):
             cluster_cpus=cpus,
             workers=len(info),
             worker_nodes=len(nodes),
-            pool="follows_cluster" if cfg.workers == "auto" else "fixed",
-            capacity_requested=capacity_wanted(cfg),
             blas_threads=blas_threads,
             blas=info[0]["blas"],
             thread_presets=",".join(sorted({f"{k}={v or 'unset'}" for d in info for k, v in d["env"].items()})),
