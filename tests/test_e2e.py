@@ -14,8 +14,9 @@ JOB_TIMEOUT_S = 600
 def test_pong_job_on_two_nodes(ray_cluster, tmp_path):
     last = tmp_path / "last-job"
     env = ray_cluster.client_env(LAST_JOB_FILE=str(last))
-    # The cluster shares this machine, so the run dir can be a test temp dir.
-    args = f"--batch-size 4 --updates 2 --run-dir {tmp_path / 'run'}"
+    # The cluster shares this machine, so the run dir can be a test temp dir. --workers 2: both actors
+    # must start, so both nodes play (--workers auto would start with the first to answer).
+    args = f"--batch-size 4 --updates 2 --workers 2 --run-dir {tmp_path / 'run'}"
 
     submitted = run(["make", "submit", "JOB=pong", f"ARGS={args}"], env, timeout=120)
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr

@@ -308,3 +308,43 @@ def test_actors_without_a_free_cpu_are_waited_for_as_the_flag_says_then_one_line
     assert waiting == [{"actors": "2", "answered": "0", "waiting_for": "2", "waited_s": "0", "limit_s": "8"}]
     assert proc.stdout.startswith("starting "), proc.stdout
     assert took < 60, took  # Ray's start (about 12 s here) and the 8 s
+
+
+@pytest.mark.slow
+def test_auto_trains_with_the_actors_that_answer_and_fails_in_one_line_if_none_does(local_ray, tmp_path):
+    """--workers auto on the suite head's 2 CPUs. With one held (a placement group, as another job would
+    hold it), the job trains on the actor that answers (a fixed pool would wait for both, then fail).
+    With both held, no actor answers: one line after --actor-wait-s."""
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    args = ["--batch-size", "2", "--updates", "1", "--workers", "auto", "--actor-wait-s", "8"]
+    held = placement_group([{"CPU": 1}])
+    local_ray.get(held.ready(), timeout=60)
+    try:
+        proc = train_locally(*args, "--run-dir", str(tmp_path / "one"))
+    finally:
+        remove_placement_group(held)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    [start] = lines(proc.stdout, "start ")
+    assert start["workers"] == "1", start
+    [update] = lines(proc.stdout, "update=")
+    assert (update["actors"], update["nodes"], update["ledger"]) == ("1", "1", "complete"), update
+    assert lines(proc.stdout, "starting ")[0]["need"] == "1"
+
+    held = placement_group([{"CPU": 2}])
+    local_ray.get(held.ready(), timeout=60)
+    try:
+        started = time.monotonic()
+        proc = train_locally(*args, "--run-dir", str(tmp_path / "none"))
+        took = time.monotonic() - started
+    finally:
+        remove_placement_group(held)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr[-3000:]
+    assert [line for line in proc.stderr.splitlines() if "error" in line.lower()] == [
+        proc.stderr.strip().splitlines()[-1]
+    ]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: no rollout actor started in 8s; each needs a free CPU and the cluster has 2: are other jobs "
+        "holding them, or no worker node joining? Free some, add a node, or wait longer with --actor-wait-s"
+    )
+    assert took < 60, took

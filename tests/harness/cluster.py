@@ -100,9 +100,10 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def two_node_cluster(**node_env):
+def two_node_cluster(second_node=True, **node_env):
     """A head (1 CPU) and a second node (1 CPU) with token auth and the thread presets; node_env: more
-    environment variables for every node (Ray reads its settings from RAY_<name>)."""
+    environment variables for every node (Ray reads its settings from RAY_<name>). second_node=False:
+    the head alone, for a test that starts the second node later (Cluster.start_second_node)."""
     # Short path: Ray puts Unix sockets under it, and their paths are limited to 107 bytes.
     temp_dir = Path(tempfile.mkdtemp(prefix="raytest-", dir="/tmp"))
     token_path = temp_dir / "auth_token"
@@ -134,8 +135,9 @@ def two_node_cluster(**node_env):
         ]
         try:
             cluster.sessions.append(start_node(head + NODE_ARGS, env, log))
-            cluster.start_second_node()
-            cluster.wait_for_nodes(2)
+            if second_node:
+                cluster.start_second_node()
+            cluster.wait_for_nodes(2 if second_node else 1)
         except RuntimeError:
             kill_cluster(cluster.sessions, marker)
             raise

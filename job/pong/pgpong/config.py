@@ -31,7 +31,11 @@ class Config:
     batch_size: int = dataclasses.field(default=300, metadata={"help": "episodes per policy update"})
     updates: int = dataclasses.field(default=0, metadata={"help": "updates to run now; 0 runs until stopped"})
     workers: str = dataclasses.field(
-        default="auto", metadata={"help": "rollout actors (one CPU each); auto = one per CPU of the cluster"}
+        default="auto",
+        metadata={
+            "help": "rollout actors (one CPU each); auto = one per CPU of the cluster, up to the batch size, "
+            "training from the first that answers and following the nodes as they join and leave"
+        },
     )
     seed: int = dataclasses.field(default=0, metadata={"help": "seeds the weights and every episode"})
     env: str = dataclasses.field(default="Pong-v0", metadata={"help": "ALE env id, e.g. Pong-v0 or ALE/Pong-v5"})
@@ -67,8 +71,8 @@ class Config:
     actor_wait_s: int = dataclasses.field(
         default=300,
         metadata={
-            "help": "seconds to wait for the rollout actors to start (each needs a free CPU) before giving up; "
-            "meanwhile a `starting` line every 30 s says how many answered"
+            "help": "seconds to wait for the rollout actors to start (each needs a free CPU; with --workers auto, "
+            "for the first) before giving up; meanwhile a `starting` line every 30 s says how many answered"
         },
     )
 

@@ -12,6 +12,11 @@ A fault is Ray's: an actor, node or object lost. An exception our own code raise
 inside an actor (RayTaskError wrapping, say, GradientOverflow) is replayed once like
 a fault, in case it was the machine; the same error from the same episode again is a
 bug, which every replay would repeat: the update stops with BugError.
+
+A pool that follows the cluster (--workers auto: follow=True) starts training as soon as one
+actor answers. Between updates it drops the actors of nodes that left and adds actors, up to
+`limit`, for CPUs that joined. Which actor plays an episode changes nothing: each episode is
+seeded by (seed, update, episode) and sums are exact.
 """
 
 import collections
@@ -63,28 +68,38 @@ class UpdateResult:
     rollout_s: float  # seconds handing out and playing episodes
     reduce_s: float  # seconds folding the sums into one
     ledger: dict  # the ledger's outcome as update-line fields: ledger, replayed, discarded
+    actors: dict  # who played, as update-line fields: actors (that played an episode), nodes (theirs)
 
 
 class RolloutPool:
-    def __init__(self, env_id, size, out=print, wait_s=Config.actor_wait_s, check_stop=lambda: None):
-        """Start `size` actors and wait up to wait_s seconds for all of them to answer (each needs a
-        free CPU), saying so every SAY_EVERY_S; check_stop() is called every WAIT_S meanwhile."""
+    def __init__(
+        self, env_id, size, out=print, wait_s=Config.actor_wait_s, check_stop=lambda: None, follow=False, limit=None
+    ):
+        """Start `size` actors and wait up to wait_s seconds for them to answer (each needs a free CPU),
+        saying so every SAY_EVERY_S; check_stop() is called every WAIT_S meanwhile. A fixed pool waits
+        for all of them; one that follows the cluster (follow=True) for the first, and grows to at
+        most `limit` actors (follow_cluster)."""
         self.env_id = env_id
         self.out = out
-        self.actors = [Worker.remote(env_id) for _ in range(size)]
+        self.follow, self.limit = follow, limit or size
+        self.actors = [Worker.remote(env_id) for _ in range(size)]  # a dropped actor's slot is None
         probes = [a.describe.remote() for a in self.actors]
-        self.wait_to_start(probes, wait_s, check_stop)
-        self.info = ray.get(probes)
-        self.node = {i: d["node"] for i, d in enumerate(self.info)}
-        self.healthy = set(range(size))
-        self.probes = {}  # describe() ref -> actor index, for actors we wait to hear from again
+        ready = self.wait_to_start(probes, wait_s, check_stop)
+        self.info = ray.get(ready)  # the actors that answered, in the order of their index
+        self.node = {probes.index(ref): d["node"] for ref, d in zip(ready, self.info, strict=True)}
+        self.healthy = set(self.node)
+        self.probes = {ref: i for i, ref in enumerate(probes) if i not in self.healthy}  # actor index by describe()
+        self.fresh = set(self.probes.values())  # actors never heard from yet: `joined` when they answer
         self.episodes_by_node = collections.Counter()  # episodes of the updates played, and the one in flight
         self.sums_received = 0  # gradient sums the driver added, over all updates: one per node and update
 
     def wait_to_start(self, probes, wait_s, check_stop):
+        """The probes of the actors that answered: all of them, or for a pool that follows the
+        cluster at least one (those answered by then, in index order)."""
         size, started, said = len(probes), time.monotonic(), 0
+        need = 1 if self.follow else size
         ready = []
-        while len(ready) < size:
+        while len(ready) < need:
             waited = time.monotonic() - started
             if waited >= said * SAY_EVERY_S:
                 self.out(
@@ -93,18 +108,61 @@ class RolloutPool:
                         actors=size,
                         answered=len(ready),
                         waiting_for=size - len(ready),
+                        **({"need": need} if self.follow else {}),
                         waited_s=said * SAY_EVERY_S,
                         limit_s=wait_s,
                     )
                 )
                 said += 1
             if waited >= wait_s:
+                if self.follow:
+                    cpus = int(ray.cluster_resources().get("CPU", 0))
+                    raise PoolError(
+                        f"no rollout actor started in {wait_s}s; each needs a free CPU and the cluster has {cpus}: "
+                        "are other jobs holding them, or no worker node joining? "
+                        "Free some, add a node, or wait longer with --actor-wait-s"
+                    )
                 raise PoolError(
                     f"only {len(ready)} of {size} rollout actors started in {wait_s}s; each needs a free CPU: "
                     "are other jobs holding them? Free some, use fewer --workers, or wait longer with --actor-wait-s"
                 )
             ready, _ = ray.wait(probes, num_returns=size, timeout=min(WAIT_S, wait_s - waited))
             check_stop()
+        return sorted(ready, key=probes.index)
+
+    def live(self):
+        """The indexes of the actors in the pool (healthy, restarting or not yet answered)."""
+        return [i for i, a in enumerate(self.actors) if a is not None]
+
+    def follow_cluster(self):
+        """Between updates: drop the actors of nodes that left, then add actors for the cluster's CPUs
+        that have none, up to limit. A new actor plays once it answers (a `joined` line)."""
+        alive = {n["NodeID"]: n["Resources"].get("CPU", 0) for n in ray.nodes() if n["Alive"]}
+        for i in self.live():
+            if i in self.node and self.node[i] not in alive:
+                self.drop(i)
+        cpus = int(sum(alive.values()))
+        grow = min(self.limit, cpus) - len(self.live())
+        if grow <= 0:
+            return
+        for _ in range(grow):
+            i = len(self.actors)
+            self.actors.append(Worker.remote(self.env_id))
+            self.probes[self.actors[i].describe.remote()] = i
+            self.fresh.add(i)
+        self.out(kv("growing", added=grow, actors=len(self.live()), cluster_cpus=cpus, limit=self.limit))
+
+    def drop(self, i):
+        """Actor i's node left the cluster: end the actor (Ray would wait to restart it) and forget it."""
+        node = self.node.pop(i)
+        ray.kill(self.actors[i], no_restart=True)
+        self.actors[i] = None
+        self.healthy.discard(i)
+        self.fresh.discard(i)
+        self.probes = {ref: j for ref, j in self.probes.items() if j != i}
+        self.out(
+            kv("dropped", actor=i, node=node[:8], reason="node_left", healthy=len(self.healthy), size=len(self.live()))
+        )
 
     def peak_rss_mb(self):
         """The largest peak resident memory of the healthy actors, in MiB."""
@@ -115,8 +173,8 @@ class RolloutPool:
         return max((d["peak_rss_mb"] for d in infos), default=0.0)
 
     def shutdown(self):
-        for actor in self.actors:
-            ray.kill(actor, no_restart=True)
+        for i in self.live():
+            ray.kill(self.actors[i], no_restart=True)
 
     # -- faults ----------------------------------------------------------------
 
@@ -150,12 +208,16 @@ class RolloutPool:
             return
         self.node[i] = info["node"]
         self.healthy.add(i)
-        self.out(kv("recovered", actor=i, node=self.node[i][:8], healthy=len(self.healthy), size=len(self.actors)))
+        what = "joined" if i in self.fresh else "recovered"
+        self.fresh.discard(i)
+        self.out(kv(what, actor=i, node=self.node[i][:8], healthy=len(self.healthy), size=len(self.live())))
 
     # -- one update --------------------------------------------------------------
 
     def run_update(self, params, seed, update, batch_size, check_stop):
         """Play episodes 0..batch_size-1 with `params` and sum their gradients, each exactly once."""
+        if self.follow:
+            self.follow_cluster()
         batch = Batch(self, params, seed, update, batch_size)
         rollout_s = reduce_s = 0.0
         try:
@@ -174,7 +236,8 @@ class RolloutPool:
         batch.ledger.check()
         ledger = {"ledger": "complete", "replayed": batch.played - batch_size, "discarded": batch.ledger.discarded}
         grads = rollout.to_float(*batch.total[:2])
-        return UpdateResult(batch.results, grads, batch.driver_bytes, rollout_s, reduce_s, ledger)
+        actors = {"actors": len(batch.players), "nodes": len(set(batch.players.values()))}
+        return UpdateResult(batch.results, grads, batch.driver_bytes, rollout_s, reduce_s, ledger, actors)
 
 
 class Batch:
@@ -195,6 +258,7 @@ class Batch:
         self.driver_bytes = 0
         self.node_of = {}  # episode -> the node whose result of it is kept (pool.episodes_by_node counts it)
         self.raised = {}  # episode -> the type of the exception our code raised while playing or summing it
+        self.players = {}  # actor -> its node, for each actor that played an episode of this update
 
     def lose(self, i, error, in_flight=()):
         """Actor i failed: replay every episode its sum held (and the one it was playing), unless
@@ -242,7 +306,7 @@ class Batch:
                     continue
                 self.results[ep] = result
                 self.owned[i].append(ep)
-                pool.node[i] = node
+                pool.node[i] = self.players[i] = node
                 if ep in self.node_of:  # a replay: the episode counts once, for the node that played it last
                     pool.episodes_by_node[self.node_of[ep]] -= 1
                 self.node_of[ep] = node

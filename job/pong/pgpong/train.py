@@ -58,23 +58,32 @@ class Trainer:
     # -- pool ----------------------------------------------------------------
 
     def start_pool(self):
-        """Start the rollout actors; returns (cluster CPUs, one description per actor)."""
+        """Start the rollout actors; returns (cluster CPUs then, one description per actor that answered).
+        --workers N: N actors, each of which must answer. --workers auto: one actor per CPU of the
+        cluster now, training from the first that answers; the pool then follows the cluster."""
         import ray
 
         from .pool import PoolError, RolloutPool
 
         cpus = int(ray.cluster_resources().get("CPU", 0))
-        wanted = cpus if self.cfg.workers == "auto" else int(self.cfg.workers)
-        if wanted > cpus:
+        follow = self.cfg.workers == "auto"
+        wanted = cpus if follow else int(self.cfg.workers)
+        if wanted > cpus and not follow:
             fail(f"--workers {wanted} is more than the cluster's {cpus} CPUs; use --workers auto or fewer")
         size = max(1, min(wanted, self.cfg.batch_size))  # more actors than episodes would sit idle
         try:
             self.pool = RolloutPool(
-                self.cfg.env, size, out=self.out, wait_s=self.cfg.actor_wait_s, check_stop=check_stop
+                self.cfg.env,
+                size,
+                out=self.out,
+                wait_s=self.cfg.actor_wait_s,
+                check_stop=check_stop,
+                follow=follow,
+                limit=capacity_wanted(self.cfg),
             )
         except PoolError as e:
             fail(str(e))
-        return cpus, self.pool.info
+        return int(ray.cluster_resources().get("CPU", 0)), self.pool.info  # now: nodes may have joined meanwhile
 
     def step(self):
         s = self.state
@@ -118,6 +127,7 @@ class Trainer:
             "update_s": t2 - t1,
             "driver_bytes": played.driver_bytes,
             **played.ledger,  # ledger=complete: the sum held episodes 0..batch-1, each once
+            **played.actors,  # actors=N nodes=M: who played this update's episodes
         }
 
     # -- watching it live: Ray's metrics and the log's trend line --------------
@@ -299,14 +309,34 @@ def main(argv=None):
         run.close()  # a clean end, SIGINT, SIGTERM or an error: the run dir's lock goes
 
 
+def capacity_wanted(cfg):
+    """The CPUs a run asks the autoscaler for, one per actor it could use: the batch size (more actors
+    than episodes would sit idle), or fewer with --workers N. The autoscaler adds no node past the
+    cluster's max_workers, whatever the request."""
+    return cfg.batch_size if cfg.workers == "auto" else min(int(cfg.workers), cfg.batch_size)
+
+
 def start_and_train(cfg, run, given):
     """Lock the run dir, resume or start, and train; the caller releases the lock."""
-    state, kept = initial_state(cfg, run, given)
+    state, kept_fields = initial_state(cfg, run, given)
     cfg = config.Config(**state.config)  # a resumed run keeps its own batch size, seed, optimizer, learning rate
 
     import ray
 
+    from . import capacity
+
     ray.init(logging_level="warning", log_to_driver=True)
+    capacity.request(capacity_wanted(cfg))  # an autoscaling cluster starts the nodes for it
+    try:
+        train_on_ray(cfg, state, run, kept_fields)
+    finally:
+        capacity.release()  # its idle workers may leave; a cluster without an autoscaler ignores both
+
+
+def train_on_ray(cfg, state, run, kept_fields):
+    """Start the pool, print the start line, train."""
+    import ray
+
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     trainer = Trainer(cfg, state, run)
@@ -329,7 +359,7 @@ def start_and_train(cfg, run, given):
             blas=info[0]["blas"],
             thread_presets=",".join(sorted({f"{k}={v or 'unset'}" for d in info for k, v in d["env"].items()})),
             resumed_at_update=state.update,
-            **({"kept": ",".join(f"{k}={v}" for k, v in kept.items())} if kept else {}),
+            **({"kept": ",".join(f"{k}={v}" for k, v in kept_fields.items())} if kept_fields else {}),
             ray=ray.__version__,
             numpy=np.__version__,
         ),

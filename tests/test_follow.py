@@ -1,0 +1,107 @@
+"""A pool that follows the cluster (--workers auto), on a real cluster of this machine: a job starts on
+the head alone (1 CPU), a second node joins while it trains, and later dies (every process of it
+SIGKILLed). The pool must grow onto the new node between updates, drop its actor once it is gone, say
+how many actors played each update, and end with the very bits of a one-node run of the same seed.
+"""
+
+import time
+import uuid
+
+import pytest
+from harness import RAY, fields, run
+from harness.cluster import logs, plain_submit, two_node_cluster, wait_for, wait_until_done
+from harness.runs import assert_same_run, read_metrics, train_on
+
+ARGS = [
+    "--batch-size",
+    "4",
+    "--workers",
+    "auto",
+    "--seed",
+    "23",
+    "--learning-rate",
+    "1e-3",
+    "--checkpoint-every",
+    "1000",
+]
+# The head declares a node dead after 3 failed health checks, one a second (Ray's default: about 15 s).
+FAST_DEATH = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3"}
+
+
+def lines_of(text, kind):
+    """(position, fields) of each line of that kind ('update' for the update lines)."""
+    lines = text.splitlines()
+    prefix = "update=" if kind == "update" else kind + " "
+    return [(n, fields(line)) for n, line in enumerate(lines) if line.startswith(prefix)]
+
+
+def after(text, kind, position):
+    return [f for n, f in lines_of(text, kind) if n > position]
+
+
+@pytest.mark.slow  # a cluster of its own, a node started and killed while a job trains, a reference run: minutes
+@pytest.mark.alone  # it starts a node while its job trains (see test_chaos.py)
+def test_the_pool_grows_onto_a_joining_node_drops_it_when_it_dies_and_the_bits_stay(tmp_path):
+    run_dir = tmp_path / "follow"
+    with two_node_cluster(second_node=False, **FAST_DEATH) as cluster:
+        head = {n["node_id"] for n in cluster.alive_nodes()}
+        submission = f"follow-{uuid.uuid4().hex[:8]}"
+        # --updates 1000, not 0 (until stopped), so the update lines show progress= and eta_s=, as the
+        # sample pasted from this log in docs/aws.md does; the test stops the job long before.
+        plain_submit(cluster, submission, *ARGS, "--updates", "1000", "--run-dir", str(run_dir))
+        try:
+            wait_for(cluster, submission, lambda t: len(lines_of(t, "update")) >= 2, what="two updates on the head")
+            cluster.start_second_node()
+            deadline = time.monotonic() + 90
+            while not (new := {n["node_id"] for n in cluster.alive_nodes()} - head):
+                assert time.monotonic() < deadline, "the second node never showed as alive"
+                time.sleep(1)
+            [new_node] = new
+
+            def played_on_both(text):
+                joined = [n for n, f in lines_of(text, "joined") if f["node"] == new_node[:8]]
+                return joined and any(u["actors"] == "2" for u in after(text, "update", joined[0]))
+
+            wait_for(cluster, submission, played_on_both, timeout_s=240, what="an update played on both nodes")
+            cluster.kill_session(cluster.sessions[1])
+
+            def dropped_then_two_updates(text):
+                dropped = [n for n, f in lines_of(text, "dropped") if f["node"] == new_node[:8]]
+                return dropped and len(after(text, "update", dropped[0])) >= 2
+
+            wait_for(cluster, submission, dropped_then_two_updates, timeout_s=240, what="the dead node's actor dropped")
+            stopped = run([RAY, "job", "stop", submission], cluster.client_env(), timeout=120)
+            assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+            status = wait_until_done(cluster, submission, timeout_s=120)
+            text = logs(cluster, submission)
+        finally:
+            run([RAY, "job", "stop", submission], cluster.client_env(), timeout=120)
+        done = [f for _, f in lines_of(text, "done")]
+        assert done and done[0]["stopped"] == "SIGTERM", text[-3000:]
+        last = int(done[0]["last_update"])
+        # The reference: as many updates on the head alone, the cluster's one node now.
+        reference = tmp_path / "reference"
+        made = train_on(cluster, *ARGS, "--updates", str(last), "--run-dir", str(reference))
+        assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-3000:]
+    assert status == "STOPPED", text[-4000:]
+    [(_, start)] = lines_of(text, "start")
+    assert (start["workers"], start["worker_nodes"]) == ("1", "1"), start
+    [(grew_at, grew)] = lines_of(text, "growing")
+    assert (grew["added"], grew["actors"], grew["cluster_cpus"]) == ("1", "2", "2"), grew
+    [(joined_at, joined)] = lines_of(text, "joined")
+    [(dropped_at, dropped)] = lines_of(text, "dropped")
+    assert joined["node"] == dropped["node"] == new_node[:8] and grew_at < joined_at < dropped_at, text[-4000:]
+    assert (dropped["reason"], dropped["size"]) == ("node_left", "1"), dropped
+    updates = lines_of(text, "update")
+    # The actor counts: one actor on the head until the new node's actor answered, both once it did (an
+    # update it joined during counts it if it played), and one again after its node was dropped.
+    before = [(u["actors"], u["nodes"]) for n, u in updates if n < joined_at]
+    between = [(u["actors"], u["nodes"]) for n, u in updates if joined_at < n < dropped_at]
+    since = [(u["actors"], u["nodes"]) for n, u in updates if n > dropped_at]
+    assert before and set(before) == {("1", "1")}, text[-4000:]
+    assert ("2", "2") in between, text[-4000:]
+    assert len(since) >= 2 and set(since) == {("1", "1")}, text[-4000:]
+    assert [int(u["update"]) for _, u in updates] == list(range(1, last + 1)), text[-3000:]
+    assert all(u["ledger"] == "complete" for _, u in updates)
+    assert [r["update"] for r in read_metrics(run_dir)] == list(range(1, last + 1))
+    assert_same_run(run_dir, reference)
