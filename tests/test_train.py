@@ -36,7 +36,10 @@ metrics = read_metrics
         (["--learning-rate", "nan"], "argument --learning-rate: must be 'auto' or a number > 0, not 'nan'"),
         (["--checkpoint-every", "1.5"], "argument --checkpoint-every: must be a whole number >= 1, not '1.5'"),
         (["--rmsprop-start", "one"], "argument --rmsprop-start: must be 'corrected' or 'zero', not 'one'"),
-        (["--rmsprop-decay", "1"], "argument --rmsprop-decay: must be a number between 0 and 1, e.g. 0.99, not '1'"),
+        (
+            ["--rmsprop-decay", "1"],
+            "argument --rmsprop-decay: must be 'auto' or a number between 0 and 1, e.g. 0.99, not '1'",
+        ),
         (["--actor-wait-s", "0"], "argument --actor-wait-s: must be a whole number >= 1, not '0'"),
         (["--bogus", "1"], "unrecognized arguments: --bogus 1"),
         (["--env", "NoSuchGame-v9"], "unknown env id 'NoSuchGame-v9'"),
@@ -280,29 +283,40 @@ def test_after_a_stop_the_done_line_counts_only_the_episodes_of_finished_updates
     assert int(done["nodes"]) == len(by_node) == 1, done
 
 
-@pytest.mark.slow
-def test_actors_without_a_free_cpu_are_waited_for_as_the_flag_says_then_one_line(local_ray, tmp_path):
-    """One of the suite head's 2 CPUs is held (a placement group, as another job would hold it): of 2
-    actors one starts, and the trainer says at once what it waits for, then gives up after
-    --actor-wait-s in one line."""
+def train_with_cpus_held(local_ray, cpus, *args):
+    """Train on the suite head with `cpus` of its 2 CPUs held by a placement group, as another job
+    would hold them: (the finished process, its seconds)."""
     from ray.util.placement_group import placement_group, remove_placement_group
 
-    held = placement_group([{"CPU": 1}])
+    held = placement_group([{"CPU": cpus}])
     local_ray.get(held.ready(), timeout=60)
     try:
         started = time.monotonic()
-        proc = train_locally("--batch-size", "2", "--workers", "2", "--actor-wait-s", "8", "--run-dir", str(tmp_path))
-        took = time.monotonic() - started
+        proc = train_locally(*args)
+        return proc, time.monotonic() - started
     finally:
         remove_placement_group(held)
+
+
+def assert_fails_in_one_line(proc, error):
+    """Exit 2, no traceback, and error the last line of stderr and its only error (Ray may warn first,
+    e.g. of other Ray heads on this machine)."""
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr[-3000:]
-    # the last line, and the only error (Ray may warn first, e.g. of other Ray heads on this machine)
-    assert [line for line in proc.stderr.splitlines() if "error" in line.lower()] == [
-        proc.stderr.strip().splitlines()[-1]
-    ]
-    assert proc.stderr.strip().splitlines()[-1] == (
+    last = proc.stderr.strip().splitlines()[-1]
+    assert [line for line in proc.stderr.splitlines() if "error" in line.lower()] == [last]
+    assert last == error
+
+
+@pytest.mark.slow
+def test_actors_without_a_free_cpu_are_waited_for_as_the_flag_says_then_one_line(local_ray, tmp_path):
+    """One of the suite head's 2 CPUs is held: of 2 actors one starts, and the trainer says at once
+    what it waits for, then gives up after --actor-wait-s in one line."""
+    args = ("--batch-size", "2", "--workers", "2", "--actor-wait-s", "8", "--run-dir", str(tmp_path))
+    proc, took = train_with_cpus_held(local_ray, 1, *args)
+    assert_fails_in_one_line(
+        proc,
         "error: only 1 of 2 rollout actors started in 8s; each needs a free CPU: are other jobs holding them? "
-        "Free some, use fewer --workers, or wait longer with --actor-wait-s"
+        "Free some, use fewer --workers, or wait longer with --actor-wait-s",
     )
     waiting = [fields(line) for line in proc.stdout.splitlines()]
     assert waiting == [{"actors": "2", "answered": "0", "waiting_for": "2", "waited_s": "0", "limit_s": "8"}]
@@ -312,18 +326,11 @@ def test_actors_without_a_free_cpu_are_waited_for_as_the_flag_says_then_one_line
 
 @pytest.mark.slow
 def test_auto_trains_with_the_actors_that_answer_and_fails_in_one_line_if_none_does(local_ray, tmp_path):
-    """--workers auto on the suite head's 2 CPUs. With one held (a placement group, as another job would
-    hold it), the job trains on the actor that answers (a fixed pool would wait for both, then fail).
-    With both held, no actor answers: one line after --actor-wait-s."""
-    from ray.util.placement_group import placement_group, remove_placement_group
-
+    """--workers auto on the suite head's 2 CPUs. With one held, the job trains on the actor that
+    answers (a fixed pool would wait for both, then fail). With both held, no actor answers: one line
+    after --actor-wait-s."""
     args = ["--batch-size", "2", "--updates", "1", "--workers", "auto", "--actor-wait-s", "8"]
-    held = placement_group([{"CPU": 1}])
-    local_ray.get(held.ready(), timeout=60)
-    try:
-        proc = train_locally(*args, "--run-dir", str(tmp_path / "one"))
-    finally:
-        remove_placement_group(held)
+    proc, _ = train_with_cpus_held(local_ray, 1, *args, "--run-dir", str(tmp_path / "one"))
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     [start] = lines(proc.stdout, "start ")
     assert start["workers"] == "1", start
@@ -331,20 +338,10 @@ def test_auto_trains_with_the_actors_that_answer_and_fails_in_one_line_if_none_d
     assert (update["actors"], update["nodes"], update["ledger"]) == ("1", "1", "complete"), update
     assert lines(proc.stdout, "starting ")[0]["need"] == "1"
 
-    held = placement_group([{"CPU": 2}])
-    local_ray.get(held.ready(), timeout=60)
-    try:
-        started = time.monotonic()
-        proc = train_locally(*args, "--run-dir", str(tmp_path / "none"))
-        took = time.monotonic() - started
-    finally:
-        remove_placement_group(held)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr[-3000:]
-    assert [line for line in proc.stderr.splitlines() if "error" in line.lower()] == [
-        proc.stderr.strip().splitlines()[-1]
-    ]
-    assert proc.stderr.strip().splitlines()[-1] == (
+    proc, took = train_with_cpus_held(local_ray, 2, *args, "--run-dir", str(tmp_path / "none"))
+    assert_fails_in_one_line(
+        proc,
         "error: no rollout actor started in 8s; each needs a free CPU and the cluster has 2: are other jobs "
-        "holding them, or no worker node joining? Free some, add a node, or wait longer with --actor-wait-s"
+        "holding them, or no worker node joining? Free some, add a node, or wait longer with --actor-wait-s",
     )
     assert took < 60, took
