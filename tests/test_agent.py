@@ -85,6 +85,24 @@ def test_ship_refuses_a_run_without_checkpoints(tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
+def test_ship_metrics_only_keeps_what_a_comparison_reads_and_no_weights(tiny_run, tmp_path):
+    """A run kept to compare (learning_rates.json's runs) needs its config and metrics, not 2.4 MB of
+    weights: --metrics-only writes run.json instead, and compare reads the run as it reads the trainer's."""
+    out = tmp_path / "lean"
+    proc = run(["python", "-m", "pongtools.ship", str(tiny_run[1]), "--metrics-only", "--out", str(out)], tools_env())
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["metrics.jsonl.gz", "run.json"]
+    [line] = map(fields, only(proc.stdout, "ship "))
+    assert (line["agent"], line["run_record"]) == ("none", str(out / "run.json"))
+    original, lean = Run(tiny_run[1]), Run(out)
+    assert lean.config() == (original.config()[0], "config of run.json")
+    assert lean.metrics() == original.metrics()
+    assert compare.summary(lean, [2]) == compare.summary(original, [2]) | {"run": "lean"}
+    played = run(["python", "-m", "pongtools.play", str(out), "--games", "1"], tools_env(), timeout=60)
+    assert played.returncode == 2 and "without weights" in played.stderr and "nothing to play" in played.stderr
+    assert len(played.stderr.strip().splitlines()) == 1, played.stderr
+
+
 def test_compare_reads_each_runs_reward_at_the_milestones(tiny_run):
     records = Run(tiny_run[1]).metrics()
     row = compare.summary(Run(tiny_run[1]), [1, 2, 3])

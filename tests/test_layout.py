@@ -77,11 +77,13 @@ def test_the_job_never_imports_the_tools_and_neither_imports_infra():
 
 
 def test_every_kept_run_reads_as_a_run():
-    """Each folder of job/tools/runs/ holds metrics and weights a tool can read (make plot RUN=...)."""
-    from pgpong.run import Run
+    """Each folder of job/tools/runs/ holds metrics and weights, or a comparison run's run.json
+    (pongtools.ship --metrics-only), that a tool can read (make plot RUN=...)."""
+    from pgpong.run import RUN_RECORD, Run
 
-    runs = sorted({(REPO / f).parent for f in tree() if f.startswith("job/tools/runs/") and f.endswith(".npz")})
-    assert len(runs) >= 9, runs  # the shipped agent, seven learning-rate runs, the winning run
+    kept = lambda f: f.endswith(".npz") or f.endswith("/" + RUN_RECORD)  # noqa: E731
+    runs = sorted({(REPO / f).parent for f in tree() if f.startswith("job/tools/runs/") and kept(f)})
+    assert len(runs) >= 11, runs  # the shipped agent, nine learning-rate runs, the winning run
     for folder in runs:
         run = Run(folder)
         records = run.metrics()

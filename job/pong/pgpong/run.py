@@ -29,6 +29,8 @@ KEEP = 3  # checkpoints kept in a run directory
 _CHECKPOINT = re.compile(r"^ckpt-(\d{6,})\.npz$")
 MUST_MATCH = ("env",)  # config fields a resumed run cannot change
 AGENT_FILE = "pong-agent.npz"  # an exported agent's weights (make ship)
+# An exported comparison run (pongtools.ship --metrics-only): its config and counters, no weights.
+RUN_RECORD = "run.json"
 
 # Metrics are one JSON line per update. A local run dir appends them to metrics.jsonl. S3
 # has no append, so an S3 run dir writes them in segments of SEGMENT_UPDATES updates,
@@ -160,23 +162,31 @@ class Run:
         self.loaded = name
         return state
 
-    def export(self, state, records):
+    def export(self, state, records, weights=True):
         """Write the run as a shipped agent: the weights alone as float16 (it plays, it cannot resume)
-        and every metrics record, compressed. Returns the agent's path."""
-        self.store.write(AGENT_FILE, checkpoint.weights_to_bytes(state))
+        and every metrics record, compressed. Without weights, RUN_RECORD stands in for them: the
+        config and counters, all that comparing runs needs. Returns the path of the one or the other."""
+        if weights:
+            self.store.write(AGENT_FILE, checkpoint.weights_to_bytes(state))
+        else:
+            fields = ("update", "episodes", "env_steps", "running_reward", "seconds", "rmsprop_steps", "config")
+            record = {k: getattr(state, k) for k in fields}
+            self.store.write(RUN_RECORD, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
         text = "".join(json.dumps(r) + "\n" for r in records)
         self.store.write(SHIPPED_METRICS, gzip.compress(text.encode(), mtime=0))  # mtime 0: same run, same bytes
-        return self.file(AGENT_FILE)
+        return self.file(AGENT_FILE if weights else RUN_RECORD)
 
     def config(self):
         """(config, where it came from): that of the newest readable checkpoint, or of the exported
-        agent; before the first checkpoint, the batch size the metrics show."""
+        agent or run record; before the first checkpoint, the batch size the metrics show."""
         names = self.checkpoints() + ([AGENT_FILE] if AGENT_FILE in self.store.names() else [])
         for name in names:
             try:
                 return self.load_weights(name).config, f"config of {name}"
             except CheckpointError:
                 continue
+        if RUN_RECORD in self.store.names():
+            return json.loads(self.store.read(RUN_RECORD))["config"], f"config of {RUN_RECORD}"
         records = self.metrics()
         return {
             "batch_size": records[0]["episodes"]

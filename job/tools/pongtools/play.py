@@ -27,7 +27,7 @@ from pgpong.checkpoint import CheckpointError
 from pgpong.cli import Parser, at_least, fail
 from pgpong.config import DEFAULT_RUNS
 from pgpong.logline import kv
-from pgpong.run import AGENT_FILE, Run
+from pgpong.run import AGENT_FILE, RUN_RECORD, Run
 from pgpong.store import StoreError
 
 MAX_GIF_FRAMES = 3000  # a longer game is subsampled evenly down to this: under 100 MB of memory, a few MB of GIF
@@ -153,6 +153,11 @@ def find_checkpoint(path):
         found = [AGENT_FILE] if AGENT_FILE in names else run.checkpoints()
     except StoreError as e:
         fail(str(e))
+    if not found and RUN_RECORD in names:
+        fail(
+            f"{where} keeps a run's config and metrics without weights (its {RUN_RECORD}, from pongtools.ship "
+            "--metrics-only): nothing to play; pass the run's own run dir or a shipped agent"
+        )
     if not found:
         fail(f"{where} holds no checkpoint (ckpt-NNNNNN.npz) yet; the trainer writes one every --checkpoint-every")
     return run, found[0]

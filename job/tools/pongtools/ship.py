@@ -10,6 +10,12 @@ Writes into --out (default job/tools/runs/agent):
   RMSProp cache), the counters and the config. `make play` plays it; it cannot resume a run.
 - metrics.jsonl.gz: every update's metrics line up to that checkpoint, so `make plot RUN=job/tools/runs/agent`
   redraws the whole learning curve.
+
+With --metrics-only, run.json (the config and counters, 1 KB) replaces the weights: enough for
+make compare, make plot, make plan-inputs and learning_rates.json's runs, which compare runs and
+never play them:
+
+    PYTHONPATH=job/pong:job/tools python -m pongtools.ship ~/pong-runs/b300-x --metrics-only --out job/tools/runs/lr/b300-x
 """
 
 import os
@@ -39,6 +45,11 @@ def main(argv=None):
     p.add_argument("run_dir", help="the trainer's --run-dir (a folder or s3://bucket/prefix)")
     p.add_argument("--checkpoint", help="the checkpoint to ship (default: the run's newest)")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"folder to write (default: {DEFAULT_OUT})")
+    p.add_argument(
+        "--metrics-only",
+        action="store_true",
+        help="no weights: the config and counters (run.json) and the metrics, for runs kept to compare",
+    )
     args = p.parse_args(argv)
     try:
         run = Run(args.run_dir)
@@ -49,26 +60,29 @@ def main(argv=None):
         records = metrics_until(run, state.update)
         os.makedirs(args.out, exist_ok=True)
         out = Run(args.out)
-        agent = out.export(state, records)
-        shipped = out.load_weights(AGENT_FILE)
+        written = out.export(state, records, weights=not args.metrics_only)
+        shipped = None if args.metrics_only else out.load_weights(AGENT_FILE)
     except (CheckpointError, StoreError) as e:
         fail(str(e))
     except OSError as e:
         fail(f"cannot ship {args.run_dir}: {e.strerror or e}")
-    drift = max(float(np.max(np.abs(shipped.params[k] - state.params[k]))) for k in state.params)
+    if shipped:
+        drift = max(float(np.max(np.abs(shipped.params[k] - state.params[k]))) for k in state.params)
+        what = dict(agent=written, agent_mb=os.path.getsize(written) / 2**20)
+    else:
+        what = dict(agent="none", run_record=written)
     print(
         kv(
             "ship",
             checkpoint=source.file(name),
-            agent=agent,
-            agent_mb=os.path.getsize(agent) / 2**20,
+            **what,
             metrics=out.file(SHIPPED_METRICS),
             metrics_kb=os.path.getsize(out.file(SHIPPED_METRICS)) / 1024,
             update=state.update,
             episodes=state.episodes,
             running_reward=state.running_reward,
             training_hours=state.seconds / 3600,
-            float16_max_abs_error=drift,
+            **({"float16_max_abs_error": drift} if shipped else {}),
         )
     )
 
