@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 from harness import fields, only
-from harness.runs import assert_same_run, make_state, read_metrics, start_trainer, train_locally, wait_for_line
+from harness.runs import RESUMED, assert_same_run, make_state, read_metrics, start_trainer, train_locally, wait_for_line
 from pgpong import checkpoint, lock
 from pgpong.run import Run
 
@@ -78,20 +78,6 @@ def test_a_checkpoint_of_another_network_stops_the_trainer_before_ray_starts(tmp
 
 
 # -- a resumed run continues the run -------------------------------------------------------------
-
-# As in test_train.py's resume test, so that both compare with the same uninterrupted run.
-RESUMED = [
-    "--batch-size",
-    "3",
-    "--workers",
-    "1",
-    "--seed",
-    "4",
-    "--checkpoint-every",
-    "1",
-    "--rmsprop-start",
-    "corrected",
-]
 
 
 @pytest.mark.slow

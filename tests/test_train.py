@@ -3,14 +3,19 @@
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
-from harness import JOB_DIR, fields
-from harness.runs import assert_same_run, read_metrics, train_locally, trainer_env
+from harness import fields
+from harness.runs import (
+    RESUMED,
+    assert_same_run,
+    read_metrics,
+    start_trainer,
+    train_locally,
+    wait_for_line,
+)
 from pgpong import config, train
 from pgpong.run import Run
 
@@ -74,19 +79,7 @@ def test_config_defaults_are_the_job_defaults():
 @pytest.mark.slow
 def test_two_updates_on_pong_then_resume_continues_where_it_stopped(tmp_path, uninterrupted):
     run_dir = str(tmp_path / "run")
-    # the corrected start: its step count must come back from the checkpoint for update 3 to be the same
-    args = [
-        "--batch-size",
-        "3",
-        "--workers",
-        "1",
-        "--seed",
-        "4",
-        "--checkpoint-every",
-        "1",
-        "--rmsprop-start",
-        "corrected",
-    ]
+    args = RESUMED  # the corrected start: its step count must come back for update 3 to be the same
     first = train_locally(*args, "--updates", "2", "--run-dir", run_dir)
     assert first.returncode == 0, first.stderr[-3000:]
     start = lines(first.stdout, "start ")
@@ -151,32 +144,9 @@ def test_sigterm_checkpoints_the_last_update_and_says_so(tmp_path, uninterrupted
     the saved run is the uninterrupted run of as many updates, bit for bit."""
     run_dir = tmp_path / "run"
     args = ["--batch-size", "2", "--workers", "1", "--seed", "6"]
-    env = trainer_env()  # unbuffered: each line as it is printed
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pgpong.train",
-            *args,
-            "--updates",
-            "0",
-            "--checkpoint-every",
-            "1000",
-            "--run-dir",
-            str(run_dir),
-        ],
-        cwd=JOB_DIR,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    proc = start_trainer(*args, "--updates", "0", "--checkpoint-every", "1000", "--run-dir", str(run_dir))
     try:
-        out = []
-        for line in proc.stdout:
-            out.append(line)
-            if line.startswith("update=2 "):
-                break
+        out = wait_for_line(proc, "update=2 ")
         proc.send_signal(signal.SIGTERM)  # during update 3
         rest, _ = proc.communicate(timeout=120)
     finally:
@@ -253,21 +223,12 @@ def test_a_resumed_run_keeps_its_optimizer_and_refuses_another(tmp_path):
 def test_after_a_stop_the_done_line_counts_only_the_episodes_of_finished_updates(tmp_path):
     """SIGTERM early in update 2: the episodes update 2 had played are dropped with it, from
     episodes_by_node too, which once counted them (3,181 episodes by node against episodes=3000)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pgpong.train", "--batch-size", "24", "--workers", "2", "--updates", "0"]
-        + ["--checkpoint-every", "1000", "--run-dir", str(tmp_path / "run")],
-        cwd=JOB_DIR,
-        env=trainer_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
+    proc = start_trainer(
+        *("--batch-size", "24", "--workers", "2", "--updates", "0", "--checkpoint-every", "1000"),
+        *("--run-dir", str(tmp_path / "run")),
     )
     try:
-        out = []
-        for line in proc.stdout:
-            out.append(line)
-            if line.startswith("update=1 "):
-                break
+        out = wait_for_line(proc, "update=1 ")
         time.sleep(2)  # some of update 2's 24 episodes, not all: 0.3 to 1 s each here, 2 at a time
         proc.send_signal(signal.SIGTERM)
         rest, _ = proc.communicate(timeout=120)

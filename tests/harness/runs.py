@@ -25,6 +25,22 @@ RESULT_FIELDS = (
 )
 
 
+# The resume tests' run (test_train.py, test_rundir.py), so that both compare with one uninterrupted
+# run; the corrected start, whose step count must come back from the checkpoint.
+RESUMED = (
+    "--batch-size",
+    "3",
+    "--workers",
+    "1",
+    "--seed",
+    "4",
+    "--checkpoint-every",
+    "1",
+    "--rmsprop-start",
+    "corrected",
+)
+
+
 def trainer_env(**extra):
     """The environment of a trainer run in a test (`python -m pgpong.train`, `make train`): no RAY_ADDRESS,
     so ray.init() joins the suite's head; unbuffered, so a reader of its pipe sees each line when printed."""
