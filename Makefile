@@ -115,6 +115,12 @@ if [[ -z "$(PACKAGE)" ]]; then \
   echo "make: unknown job '$(JOB)'; the jobs under job/ are: $(JOBS)" >&2; exit 1; fi
 endef
 
+# `make play` and `make judge` without CHECKPOINT need an agent in SHIP_DIR
+define need-checkpoint
+if [[ -z "$(or $(CHECKPOINT),$(wildcard $(SHIP_DIR)/pong-agent.npz))" ]]; then \
+  echo "make: pass CHECKPOINT=<ckpt-NNNNNN.npz, or a run dir for its newest checkpoint>; there is no shipped agent in $(SHIP_DIR)" >&2; exit 1; fi
+endef
+
 ##@ Start here
 
 .PHONY: help
@@ -285,8 +291,13 @@ plot: $(TOOLS) ## Learning curves of RUN in one PNG (RUN/curve.png): reward, epi
 
 .PHONY: play
 play: $(TOOLS) ## Play GAMES games with CHECKPOINT (default: the shipped agent), print each score, write the first as a GIF
-	@if [[ -z "$(or $(CHECKPOINT),$(wildcard $(SHIP_DIR)/pong-agent.npz))" ]]; then echo "make: pass CHECKPOINT=<ckpt-NNNNNN.npz, or a run dir for its newest checkpoint>; there is no shipped agent in $(SHIP_DIR)" >&2; exit 1; fi
+	@$(need-checkpoint)
 	$(PONGTOOLS).play "$(or $(CHECKPOINT),$(SHIP_DIR))" --games $(GAMES) $(ARGS)
+
+.PHONY: judge
+judge: $(TOOLS) ## Does CHECKPOINT (default: the shipped agent) beat the built-in AI? 10 greedy games at each of seeds 0-19
+	@$(need-checkpoint)
+	$(PONGTOOLS).judge "$(or $(CHECKPOINT),$(SHIP_DIR))" $(ARGS)
 
 .PHONY: ship
 ship: $(TOOLS) ## Export RUN's newest checkpoint (or CHECKPOINT=) as the agent in SHIP_DIR; draw its curve and a game

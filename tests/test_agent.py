@@ -9,7 +9,7 @@ import pytest
 from harness import REPO, TOOLS_PATH, clean_env, fields, only, run, tools_env
 from harness.runs import trainer_env
 from pgpong.run import AGENT_FILE, Run
-from pongtools import compare
+from pongtools import compare, judge
 
 pytestmark = pytest.mark.slow
 
@@ -77,6 +77,41 @@ def test_make_play_without_a_checkpoint_or_a_shipped_agent_says_what_to_pass(tmp
     made = make("play", f"SHIP_DIR={tmp_path}")
     assert made.returncode != 0 and "pass CHECKPOINT=" in made.stderr, made.stdout + made.stderr
     assert f"there is no shipped agent in {tmp_path}" in made.stderr, made.stderr
+
+
+def test_make_judge_plays_make_plays_games_and_gives_the_criterions_verdict(tiny_run, tmp_path):
+    """`make judge` at two seeds, one game each: each seed's points are those `make play` scores at that
+    seed, and the verdict follows from them. The tiny run's barely trained checkpoint loses."""
+    made = make("judge", "ARGS=--seeds 3-4 --games 1 --need 2 --processes 2", timeout=600)
+    assert made.returncode == 0, made.stdout + made.stderr
+    per_seed = {ln["seed"]: ln for ln in map(fields, only(made.stdout, "seed="))}
+    assert sorted(per_seed) == ["3", "4"]
+    for seed, line in per_seed.items():
+        played = make("play", "GAMES=1", f"ARGS=--seed {seed} --out {tmp_path / 'g.gif'}")
+        [summary] = map(fields, only(played.stdout, "play "))
+        assert (line["agent_points"], line["computer_points"]) == (summary["agent_points"], summary["computer_points"])
+    [verdict] = map(fields, only(made.stdout, "judge "))
+    points = [(int(ln["agent_points"]), int(ln["computer_points"]), 1) for ln in per_seed.values()]
+    mean, above, beats = judge.verdict(points, 2)
+    assert verdict["verdict"] == ("beats_ai" if beats else "not_yet")
+    assert (verdict["seeds"], verdict["games"], int(verdict["seeds_above_0"])) == ("3-4", "2", above)
+    assert float(verdict["mean_point_difference"]) == pytest.approx(mean, abs=1e-3)
+    untrained = make("judge", f"CHECKPOINT={tiny_run[1]}", "ARGS=--seeds 0 --games 1 --need 0", timeout=600)
+    assert untrained.returncode == 0, untrained.stderr
+    [verdict] = map(fields, only(untrained.stdout, "judge "))
+    assert verdict["verdict"] == "not_yet" and float(verdict["mean_point_difference"]) < 0, verdict
+
+
+def test_the_verdict_needs_a_mean_above_0_and_enough_seeds_above_0():
+    """The criterion: the mean point difference over every game above 0, and at least `need` seeds above 0."""
+    assert judge.verdict([(30, 20, 10), (21, 20, 10)], 2) == (0.55, 2, True)
+    assert judge.verdict([(40, 20, 10), (20, 21, 10)], 2) == (0.95, 1, False)  # one seed lost
+    assert judge.verdict([(40, 20, 10), (20, 21, 10)], 1)[2]
+    assert not judge.verdict([(21, 20, 10), (20, 21, 10)], 1)[2]  # mean 0: not above
+    assert judge.parse_seeds("300-302,7,0-1") == [0, 1, 7, 300, 301, 302]
+    for bad in ("3-1", "a", "1-", "-1", ""):
+        with pytest.raises(ValueError):
+            judge.parse_seeds(bad)
 
 
 def test_ship_refuses_a_run_without_checkpoints(tmp_path):
