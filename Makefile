@@ -47,8 +47,9 @@ GAMES ?= 3
 # `make ship`: where the exported agent (weights, metrics) and its pictures (curve, game GIF) go.
 SHIP_DIR ?= job/tools/runs/agent
 IMAGES_DIR ?= docs/images
-# `make sweep`: BATCH:RATE settings, each trained to EPISODES episodes in SWEEP_ROOT/b<BATCH>-lr<RATE>.
-SWEEP ?= 10:1e-3 50:2e-3 300:2e-3 300:5e-3 300:1e-2
+# `make sweep`: BATCH:RATE[:DECAY] settings (DECAY: RMSProp's; without it, auto), each trained to
+# EPISODES episodes in SWEEP_ROOT/b<BATCH>-lr<RATE>[-d<DECAY>] with the trainer's default RMSProp start.
+SWEEP ?= 10:2e-3 50:4e-3 300:1e-2:0.94 300:1e-2:0.99 300:2e-2:0.94
 EPISODES ?= 6000
 SWEEP_ROOT ?= ~/pong-lr
 # `make compare`: run dirs to compare, and the episode counts to compare them at.
@@ -309,7 +310,7 @@ ship: $(TOOLS) ## Export RUN's newest checkpoint (or CHECKPOINT=) as the agent i
 ##@ Experiments (hours: run them in the background; they resume where they stopped)
 
 .PHONY: sweep
-sweep: $(INSTALLED) ## Train each BATCH:RATE of SWEEP to EPISODES episodes in SWEEP_ROOT, one after the other
+sweep: $(INSTALLED) ## Train each BATCH:RATE[:DECAY] of SWEEP to EPISODES episodes in SWEEP_ROOT, one after the other
 	env -u RAY_ADDRESS $(PONGTOOLS).sweep --root $(SWEEP_ROOT) --episodes $(EPISODES) $(SWEEP) $(ARGS)
 
 .PHONY: compare

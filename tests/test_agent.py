@@ -174,24 +174,28 @@ def test_at_episodes_takes_the_first_update_that_reached_the_milestone():
 
 
 def test_sweep_trains_each_setting_to_the_episodes_then_resumes_with_nothing_left(tmp_path):
+    """Two settings, the second with its own RMSProp decay; --rmsprop-start reaches every setting."""
     root = tmp_path / "lr"
-    args = ["--root", str(root), "--episodes", "3", "--workers", "1", "2:1e-3", "3:2e-3"]
+    args = ["--root", str(root), "--episodes", "3", "--workers", "1", "--rmsprop-start", "zero", "2:1e-3", "3:2e-3:0.9"]
     first = run_cli_module("pongtools.sweep", *args)
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
     sweeps = [fields(x) for x in only(first.stdout, "sweep run=")]
     assert [(s["batch_size"], s["updates"], s["left"]) for s in sweeps] == [("2", "2", "2"), ("3", "1", "1")]
-    for name, batch, updates in (("b2-lr0.001", 2, 2), ("b3-lr0.002", 3, 1)):
+    for name, batch, updates, decay in (("b2-lr0.001", 2, 2, 0.99), ("b3-lr0.002-d0.9", 3, 1, 0.9)):
         run = Run(root / name)
         state = run.load(run.checkpoints()[0])
         assert (state.update, state.episodes, state.config["batch_size"]) == (updates, batch * updates, batch)
+        assert (state.config["rmsprop_start"], state.config["rmsprop_decay"]) == ("zero", decay)
     again = run_cli_module("pongtools.sweep", *args)
     assert again.returncode == 0 and "start " not in again.stdout  # nothing trained the second time
     assert [fields(x)["left"] for x in only(again.stdout, "sweep run=")] == ["0", "0"]
 
 
 def test_a_bad_sweep_setting_is_one_line_and_exit_2():
-    proc = run_cli_module("pongtools.sweep", "300")
-    assert proc.returncode == 2 and "must be BATCH:RATE" in proc.stderr, proc.stderr
+    for bad in ("300", "300:1e-2:1.5", "300:x"):
+        proc = run_cli_module("pongtools.sweep", bad)
+        assert proc.returncode == 2 and "must be BATCH:RATE" in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
 def run_cli_module(module, *args):

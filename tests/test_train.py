@@ -72,7 +72,8 @@ def test_config_defaults_are_the_job_defaults():
     cfg = config.parse_args([])
     defaults = (cfg.batch_size, cfg.workers, cfg.env, cfg.learning_rate, cfg.learning_rate_rule, cfg.updates)
     assert defaults == (300, "auto", "Pong-v0", config.auto_learning_rate(300), "auto", 0)
-    assert (cfg.rmsprop_start, cfg.rmsprop_decay) == ("zero", 0.99)  # pg-pong's, until batch 300 has measured better
+    assert cfg.rmsprop_start == "corrected"  # measured better than pg-pong's zero start at batch 300
+    assert cfg.rmsprop_decay == config.auto_rmsprop_decay(300, "corrected")
     assert cfg.run_dir.startswith(config.DEFAULT_RUNS)
 
 

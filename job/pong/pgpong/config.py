@@ -14,9 +14,9 @@ from . import cli
 DEFAULT_RUNS = "~/pong-runs"
 KARPATHY_LEARNING_RATE = 1e-4  # pg-pong's own step size: the reference, one flag away
 DECAY_RATE = 0.99  # pg-pong's RMSProp decay of the squared-gradient average
-# RMSProp's start when --rmsprop-start is not given: pg-pong's, until batch 300 has measured
-# the corrected start better over 20 updates (docs/results.md, "RMSProp's first steps").
-DEFAULT_START = "zero"
+# RMSProp's start when --rmsprop-start is not given: the corrected one, ahead of pg-pong's zero
+# start at batch 10 and 300 and level at 50 (docs/results.md, "RMSProp's first steps").
+DEFAULT_START = "corrected"
 # The optimizer fields of a run made before they existed: pg-pong's zero start and decay.
 OPTIMIZER_BEFORE_FIELDS = {"rmsprop_start": "zero", "rmsprop_decay": DECAY_RATE}
 # What a resumed run keeps from its checkpoint, since it decides the run's bits, and the value of

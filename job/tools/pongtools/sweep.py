@@ -3,11 +3,13 @@ of episodes, so that they can be compared by episodes, which do not depend on ho
 
 How to run (from the repo root; `make sweep` and `make compare` do the same):
 
-    PYTHONPATH=job/pong:job/tools python -m pongtools.sweep --root ~/pong-lr --episodes 6000 300:3e-3 300:1e-3 50:2e-3
+    PYTHONPATH=job/pong:job/tools python -m pongtools.sweep --root ~/pong-lr --episodes 6000 300:1e-2:0.94 300:2e-2 50:4e-3
     PYTHONPATH=job/pong:job/tools python -m pongtools.compare ~/pong-lr/* --at 1000,3000,6000
 
-Each setting BATCH:RATE trains with the real trainer (python -m pgpong.train, seed 0) in
-<root>/b<BATCH>-lr<RATE> until it has played --episodes episodes, one setting after the other.
+Each setting BATCH:RATE or BATCH:RATE:DECAY (RMSProp's decay; without it, the trainer's auto)
+trains with the real trainer (python -m pgpong.train, seed 0, the trainer's RMSProp start unless
+--rmsprop-start is given) in <root>/b<BATCH>-lr<RATE>[-d<DECAY>] until it has played --episodes
+episodes, one setting after the other.
 Stop it at any time (Ctrl-C or SIGTERM: the running setting checkpoints); the same command again
 resumes each setting where it stopped and skips those already done.
 """
@@ -25,15 +27,18 @@ from pongtools import JOB_DIR
 
 
 def setting(text):
-    """'300:3e-3' -> (300, 0.003)."""
-    batch, sep, rate = text.partition(":")
+    """'300:3e-3' -> (300, 0.003, None); '300:1e-2:0.94' -> (300, 0.01, 0.94)."""
+    batch, sep, rest = text.partition(":")
+    rate, _, decay = rest.partition(":")
     if not sep:
         raise ValueError
-    return whole(batch, 1), positive(rate)
+    if decay and not 0 < float(decay) < 1:
+        raise ValueError
+    return whole(batch, 1), positive(rate), float(decay) if decay else None
 
 
-def run_dir(root, batch, rate):
-    return os.path.join(root, f"b{batch}-lr{rate:g}")
+def run_dir(root, batch, rate, decay=None):
+    return os.path.join(root, f"b{batch}-lr{rate:g}" + (f"-d{decay:g}" if decay is not None else ""))
 
 
 def updates_done(path):
@@ -48,8 +53,8 @@ def main(argv=None):
     p.add_argument(
         "settings",
         nargs="+",
-        type=checked(setting, "BATCH:RATE, e.g. 300:3e-3"),
-        help="batch size and learning rate of each run, e.g. 10:1e-3 300:3e-3",
+        type=checked(setting, "BATCH:RATE or BATCH:RATE:DECAY, e.g. 300:1e-2 or 300:1e-2:0.94"),
+        help="batch size, learning rate and optionally RMSProp decay of each run, e.g. 10:2e-3 300:1e-2:0.94",
     )
     p.add_argument("--root", default="~/pong-lr", help="folder of the run dirs (default: ~/pong-lr)")
     p.add_argument(
@@ -60,6 +65,11 @@ def main(argv=None):
     )
     p.add_argument("--workers", default="auto", help="rollout actors of each run (the trainer's --workers)")
     p.add_argument("--seed", default="0", help="the trainer's --seed for every setting")
+    p.add_argument(
+        "--rmsprop-start",
+        choices=("corrected", "zero"),
+        help="the trainer's --rmsprop-start for every setting (default: the trainer's)",
+    )
     args = p.parse_args(argv)
     root = os.path.abspath(os.path.expanduser(args.root))
     stopping, child = [], []
@@ -70,8 +80,8 @@ def main(argv=None):
             proc.send_signal(signum)
 
     signal.signal(signal.SIGTERM, stop)
-    for batch, rate in args.settings:
-        path = run_dir(root, batch, rate)
+    for batch, rate, decay in args.settings:
+        path = run_dir(root, batch, rate, decay)
         wanted = -(-args.episodes // batch)  # updates, rounded up
         left = wanted - updates_done(path)
         print(
@@ -97,6 +107,8 @@ def main(argv=None):
             path,
             "--checkpoint-every",
             str(max(1, 1000 // batch)),
+            *(["--rmsprop-decay", str(decay)] if decay is not None else []),
+            *(["--rmsprop-start", args.rmsprop_start] if args.rmsprop_start else []),
         ]
         proc = subprocess.Popen(command, cwd=JOB_DIR)
         child[:] = [proc]
