@@ -9,10 +9,10 @@ the same episodes or the same updates.
 The milestones:
 - running_reward_0, running_reward_2: the first update whose running reward reached 0 (as
   many points won as lost) and +2;
-- play_criterion: the update of a checkpoint that beat the built-in AI with `make play`,
-  greedy, 10 games at each of seeds 0-19 (mean point difference above 0, at least 18 of
-  the 20 seeds above 0). Played, not read from the metrics: given to `plan inputs` by
-  --play-update, with where the games are recorded.
+- play_criterion: the update of a checkpoint that beat the built-in AI in `make judge`
+  (`make play`, greedy, 10 games at each of seeds 0-19: mean point difference above 0, at
+  least 18 of the 20 seeds above 0). Played, not read from the metrics: given to `plan
+  inputs` by --play-update, with where the games are recorded.
 """
 
 THRESHOLDS = (("running_reward_0", 0.0), ("running_reward_2", 2.0))
