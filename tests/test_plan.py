@@ -161,7 +161,8 @@ def test_plan_prints_each_answer_with_its_inputs():
     win = lines["hours_to_win"]
     assert win["episodes_to_win_source"] and win["episodes_to_win_kind"] and win["learned_at_batch_size"]
     hours = float(win["hours_to_win"])
-    updates = -(-int(win["episodes_to_win"]) // 300)
+    # batch 50's episodes, but never fewer updates than the committed batch-300 run went without a win
+    updates = max(-(-int(win["episodes_to_win"]) // 300), int(win.get("at_least_updates", 0)))
     assert int(win["updates_to_win"]) == updates
     assert hours == pytest.approx(updates * seconds / 3600, rel=1e-3)
     assert float(lines["dollars_to_win"]["dollars_to_win"]) == pytest.approx(hours * 11 * usd, rel=1e-3)
@@ -169,7 +170,7 @@ def test_plan_prints_each_answer_with_its_inputs():
     assert len(stages) == len(found["learning"]["stages"])
     # the mean update to a win: each update at the stage of learning of its first episode
     starts = [int(s["first_episode"]) for s in stages]
-    at = [max(i for i, first in enumerate(starts) if first <= e) for e in range(0, int(win["episodes_to_win"]), 300)]
+    at = [max(i for i, first in enumerate(starts) if first <= e) for e in range(0, updates * 300, 300)]
     mean = sum(float(stages[i]["seconds_per_update"]) for i in at) / len(at)
     assert seconds == pytest.approx(mean, rel=1e-3)
 
@@ -461,3 +462,33 @@ def test_plan_prints_a_measured_milestone_as_measured(tmp_path):
         "assumed_same_updates",
     }
     assert [m["reason"] for m in at[50] if m["name"] == "play_criterion"] == ["no_run_reached_it"]
+
+
+def test_the_hours_to_win_honour_what_a_run_of_this_batch_size_measured(tmp_path):
+    """The win is a running reward of 0. A batch-300 run that went 40 updates without it rules out
+    fewer than 41 in both readings; once it reached it at update 57, the hours to win are those
+    57 updates', as its milestone line says, and nothing is assumed."""
+    found = json.loads(pathlib.Path(inputs.INPUTS).read_text())
+    b300 = {"run": "b300", "config": {"batch_size": 300}, "measured_to": reached(40, 300), "running_reward_0": None}
+    b300 |= {"running_reward_2": None, "play_criterion": None}
+    copy = tmp_path / "plan_inputs.json"
+
+    def plan():
+        copy.write_text(json.dumps(found | {"milestones": found["milestones"] | {"300": b300}}))
+        made = run_plan("project", "--nodes", "11", "--cpus", "18", "--batch-size", "300", "--inputs", str(copy))
+        assert made.returncode == 0, made.stderr
+        lines = {ln.split("=", 1)[0]: fields(ln) for ln in made.stdout.splitlines() if "=" in ln.split()[0]}
+        zero = [fields(ln) for ln in made.stdout.splitlines() if "name=running_reward_0 " in ln]
+        return lines, zero
+
+    win, zero = plan()
+    assert (win["hours_to_win"]["updates_to_win"], win["hours_to_win"]["at_least_updates"]) == ("41", "41")
+    assert win["hours_to_win_if_same_updates"]["updates_to_win"] == "127"
+    assert [m["updates"] for m in zero] == ["41", "127"]
+    assert float(win["hours_to_win"]["hours_to_win"]) == pytest.approx(float(zero[0]["hours"]), rel=1e-3)
+
+    b300["running_reward_0"] = reached(57, 300)
+    win, [zero] = plan()
+    assert (win["hours_to_win"]["updates_to_win"], win["hours_to_win"]["updates_to_win_kind"]) == ("57", "measured")
+    assert "hours_to_win_if_same_updates" not in win and "assumes" not in win["hours_to_win"]
+    assert float(win["hours_to_win"]["hours_to_win"]) == pytest.approx(float(zero["hours"]), rel=1e-3)

@@ -118,7 +118,8 @@ def project(a):
     else:
         price = report.price_of(a.cluster, a.prices)
     args = (a.core_rate, a.network_gbps, a.samples, a.seed)
-    result, stages = model.project(found, a.nodes, a.cpus, a.batch_size, *args)
+    known = milestones.known(found.get("milestones", {}), a.batch_size, "running_reward_0")
+    result, stages = model.project(found, a.nodes, a.cpus, a.batch_size, *args, known=known)
     report.report(found, a.inputs, result, stages, price)
     sp = spot_workers(a, found, result, stages, args) if a.nodes > 1 else None
     if sp:

@@ -43,6 +43,17 @@ def measure(records, config, run_path, play_update=None, play_source=None):
     return found
 
 
+def known(milestones, batch_size, name):
+    """What a run of batch_size says of milestone `name`: {"measured": update} if it reached it,
+    {"at_least": update} (one past where it stopped) if it did not, {} without such a run."""
+    own = milestones.get(str(batch_size))
+    if not own:
+        return {}
+    if own.get(name):
+        return {"measured": own[name]["update"]}
+    return {"at_least": own["measured_to"]["update"] + 1}
+
+
 def updates_to(milestones, batch_size, name):
     """How many updates batch_size needs to reach milestone `name`, with how it is known.
 

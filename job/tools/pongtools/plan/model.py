@@ -118,9 +118,15 @@ def stage_of(stages, episode):
     return found
 
 
-def project(inputs, nodes, cpus, batch_size, core_rate=None, network_gbps=NETWORK_GBPS, samples=200, seed=0):
+def project(
+    inputs, nodes, cpus, batch_size, core_rate=None, network_gbps=NETWORK_GBPS, samples=200, seed=0, known=None
+):
     """The projection for nodes x cpus at batch_size: a dict of results, and one dict per stage of
-    learning (the input's stage, its mean update and its mean episode length)."""
+    learning (the input's stage, its mean update and its mean episode length).
+
+    known: what a run of this batch size measured about a running reward of 0 (the win),
+    {"measured": updates} once it reached it, or {"at_least": updates} while it has run that
+    many minus one without; both readings of the updates to win then honour it."""
     learning, costs = inputs["learning"], inputs["costs"]
     rate = core_rate or inputs["core"]["env_steps_per_s"]
     rng = np.random.default_rng(seed)
@@ -138,8 +144,13 @@ def project(inputs, nodes, cpus, batch_size, core_rate=None, network_gbps=NETWOR
     # same RMSProp steps (RMSProp moves each weight about `lr` a step whatever the
     # batch; after k steps the agent plays as the learning run did after k of its own).
     learned_batch = learning["batch_size"]
-    same_episodes = [stage_of(stages, e)["update"]["seconds"] for e in range(0, target or 0, batch_size)]
-    same_updates = [stage_of(stages, e)["update"]["seconds"] for e in range(0, target or 0, learned_batch)]
+    known = known or {}
+    floor = known.get("at_least", 0)
+    n_episodes = known.get("measured") or max(-(-(target or 0) // batch_size), floor)
+    n_updates = known.get("measured") or max(-(-(target or 0) // learned_batch), floor)
+    same_episodes = [stage_of(stages, u * batch_size)["update"]["seconds"] for u in range(n_episodes)]
+    same_updates = [stage_of(stages, u * learned_batch)["update"]["seconds"] for u in range(n_updates)]
+    target = target or known.get("measured")
     first = stages[0]["update"]["seconds"]
     mean_s = float(np.mean(same_episodes)) if same_episodes else first
     return {
@@ -159,6 +170,7 @@ def project(inputs, nodes, cpus, batch_size, core_rate=None, network_gbps=NETWOR
         "hours_to_win": sum(same_episodes) / 3600 if target else None,
         "updates_to_win_same_updates": len(same_updates) if target else None,
         "hours_to_win_same_updates": sum(same_updates) / 3600 if target else None,
+        "updates_to_win_known": known,
     }, stages
 
 

@@ -126,15 +126,20 @@ def report(inputs, inputs_path, result, stages, price, out=print):
         "lengths_source": learning["run"],
         "lengths_source_episodes": learning["episodes"],
     }
-    if learning["batch_size"] != batch:
+    known = result.get("updates_to_win_known") or {}
+    if known.get("measured"):  # a run of this batch size reached it: no assumption left
+        win = {"updates_to_win_kind": "measured", "win_running_reward": learning["win_reward"]}
+    elif learning["batch_size"] != batch:
         win["assumes"] = f"batch_{batch}_needs_the_episodes_batch_{learning['batch_size']}_needed"
+    if known.get("at_least"):  # a run of this batch size went this far without reaching it
+        win["at_least_updates"] = known["at_least"]
     if result["hours_to_win"] is None:
         out(kv(hours_to_win="unknown", reason=learning.get("episodes_to_win_note", "no_episodes_to_win"), **win))
         out(kv(dollars_to_win="unknown", dollars_per_hour=dollars_per_hour))
         return
     last = stages[-1]
     past = last["first_episode"] + last["episodes"]
-    if learning["episodes_to_win"] > past:
+    if not known.get("measured") and learning["episodes_to_win"] > past:
         win["episodes_past_last_stage"] = learning["episodes_to_win"] - past  # they get the last stage's lengths
     out(kv(hours_to_win=result["hours_to_win"], updates_to_win=result["updates_to_win"], **win))
     out(
@@ -144,7 +149,7 @@ def report(inputs, inputs_path, result, stages, price, out=print):
             dollars_per_hour=dollars_per_hour,
         )
     )
-    if learning["batch_size"] != batch:
+    if learning["batch_size"] != batch and not known.get("measured"):
         hours = result["hours_to_win_same_updates"]
         out(
             kv(
@@ -152,6 +157,7 @@ def report(inputs, inputs_path, result, stages, price, out=print):
                 updates_to_win=result["updates_to_win_same_updates"],
                 assumes=f"batch_{batch}_needs_the_updates_batch_{learning['batch_size']}_needed",
                 episodes_to_win_source=learning["episodes_to_win_source"],
+                **({"at_least_updates": known["at_least"]} if known.get("at_least") else {}),
             )
         )
         out(
