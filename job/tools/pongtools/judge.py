@@ -20,8 +20,7 @@ import os
 import time
 
 from pgpong import rollout
-from pgpong.checkpoint import CheckpointError
-from pgpong.cli import Parser, at_least, fail
+from pgpong.cli import Parser, at_least
 from pgpong.logline import kv
 
 from pongtools import play
@@ -99,16 +98,7 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(argv)
-    run, name = play.find_checkpoint(args.checkpoint)
-    try:
-        state = run.load_weights(name)
-    except CheckpointError as e:
-        fail(str(e))
-    env_id = state.config.get("env", "Pong-v0")
-    try:
-        rollout.AtariStepper(env_id)
-    except rollout.EnvError as e:
-        fail(f"checkpoint {run.file(name)} was made for {env_id!r}, which this machine cannot play: {e}")
+    run, name, state, env_id, _ = play.load_player(args.checkpoint)  # one-line errors before any game
     tasks = [(state.params, env_id, seed, args.games) for seed in args.seeds]
     per_seed = []
     won_all = 0

@@ -202,9 +202,10 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    run, name = find_checkpoint(args.checkpoint)
+def load_player(where):
+    """(path, weights state, env id, a stepper of that env) of the checkpoint at `where` (see
+    find_checkpoint); exits with one line if it cannot be loaded or its env cannot be played here."""
+    run, name = find_checkpoint(where)
     path = run.file(name)
     try:
         state = run.load_weights(name)
@@ -215,6 +216,13 @@ def main(argv=None):
         stepper = rollout.AtariStepper(env_id)
     except rollout.EnvError as e:
         fail(f"checkpoint {path} was made for {env_id!r}, which this machine cannot play: {e}")
+    return run, name, state, env_id, stepper
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    run, name, state, env_id, stepper = load_player(args.checkpoint)
+    path = run.file(name)
     gif = os.path.abspath(os.path.expanduser(args.out)) if args.out else default_gif(run, name, state.update)
     png = os.path.splitext(gif)[0] + ".png"
     try:
