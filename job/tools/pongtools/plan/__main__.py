@@ -121,7 +121,7 @@ def project(a):
     known = milestones.known(found.get("milestones", {}), a.batch_size, "running_reward_0")
     result, stages = model.project(found, a.nodes, a.cpus, a.batch_size, *args, known=known)
     report.report(found, a.inputs, result, stages, price)
-    sp = spot_workers(a, found, result, stages, args) if a.nodes > 1 else None
+    sp = spot_workers(a, found, result, stages, args, known) if a.nodes > 1 else None
     if sp:
         hours = {"": result["hours_to_win"]}
         if found["learning"]["batch_size"] != a.batch_size:
@@ -140,14 +140,14 @@ def project(a):
         )
 
 
-def spot_workers(a, found, result, stages, args):
+def spot_workers(a, found, result, stages, args, known):
     """The Spot of this projection: every node but the head on spot, what losing one costs."""
     rate = result["core_rate"]
     target = found["learning"].get("episodes_to_win")
     replay_s, replayed = model.replay(
         stages, a.nodes, a.cpus, a.batch_size, rate, target, a.detect_s, a.samples, a.seed
     )
-    fewer, _ = model.project(found, a.nodes - 1, a.cpus, a.batch_size, *args)
+    fewer, _ = model.project(found, a.nodes - 1, a.cpus, a.batch_size, *args, known=known)  # the same updates
     slower = 1 - result["seconds_per_update"] / fewer["seconds_per_update"]
     return report.Spot(
         usd_per_node_hour=a.spot_usd_per_node_hour,
