@@ -63,9 +63,9 @@ def updates_to(milestones, batch_size, name):
     "at_least" when a run of this batch size went that far without reaching it. Empty if
     no run reached it.
     """
-    own = milestones.get(str(batch_size))
-    if own and own.get(name):
-        return [{"updates": own[name]["update"], "kind": "measured", "from_batch_size": batch_size, "run": own["run"]}]
+    own, mine = milestones.get(str(batch_size)), known(milestones, batch_size, name)
+    if "measured" in mine:
+        return [{"updates": mine["measured"], "kind": "measured", "from_batch_size": batch_size, "run": own["run"]}]
     reached = sorted(
         (abs(int(b) - batch_size), int(b)) for b, m in milestones.items() if m.get(name) and int(b) != batch_size
     )
@@ -75,7 +75,7 @@ def updates_to(milestones, batch_size, name):
     there = milestones[str(other)]
     episodes, updates = there[name]["episodes"], there[name]["update"]
     # a run of this batch size that went further without reaching it rules out fewer updates
-    floor = own["measured_to"]["update"] + 1 if own else 0
+    floor = mine.get("at_least", 0)
     said = {"from_batch_size": other, "run": there["run"]} | ({"at_least": floor} if own else {})
     return [
         {"updates": max(-(-episodes // batch_size), floor), "kind": "assumed_same_episodes"} | said,

@@ -146,13 +146,12 @@ def project(
     learned_batch = learning["batch_size"]
     known = known or {}
     floor = known.get("at_least", 0)
-    n_episodes = known.get("measured") or max(-(-(target or 0) // batch_size), floor)
-    n_updates = known.get("measured") or max(-(-(target or 0) // learned_batch), floor)
-    same_episodes = [stage_of(stages, u * batch_size)["update"]["seconds"] for u in range(n_episodes)]
-    same_updates = [stage_of(stages, u * learned_batch)["update"]["seconds"] for u in range(n_updates)]
-    target = target or known.get("measured")
+    n_episodes = known.get("measured") or (max(-(-target // batch_size), floor) if target else None)
+    n_updates = known.get("measured") or (max(-(-target // learned_batch), floor) if target else None)
+    same_episodes = seconds_for_updates(stages, batch_size, n_episodes) if n_episodes else None
+    same_updates = seconds_for_updates(stages, learned_batch, n_updates) if n_updates else None
     first = stages[0]["update"]["seconds"]
-    mean_s = float(np.mean(same_episodes)) if same_episodes else first
+    mean_s = same_episodes / n_episodes if n_episodes else first
     return {
         "nodes": nodes,
         "cpus": cpus,
@@ -166,10 +165,10 @@ def project(
         "seconds_per_update_first_stage": first,
         "seconds_per_update_last_stage": stages[-1]["update"]["seconds"],
         "episodes_per_hour": batch_size * 3600 / mean_s,
-        "updates_to_win": len(same_episodes) if target else None,
-        "hours_to_win": sum(same_episodes) / 3600 if target else None,
-        "updates_to_win_same_updates": len(same_updates) if target else None,
-        "hours_to_win_same_updates": sum(same_updates) / 3600 if target else None,
+        "updates_to_win": n_episodes,
+        "hours_to_win": same_episodes / 3600 if n_episodes else None,
+        "updates_to_win_same_updates": n_updates,
+        "hours_to_win_same_updates": same_updates / 3600 if n_updates else None,
         "updates_to_win_known": known,
     }, stages
 

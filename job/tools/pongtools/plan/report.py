@@ -127,7 +127,8 @@ def report(inputs, inputs_path, result, stages, price, out=print):
         "lengths_source_episodes": learning["episodes"],
     }
     known = result.get("updates_to_win_known") or {}
-    if known.get("measured"):  # a run of this batch size reached it: no assumption left
+    measured = known.get("measured")
+    if measured:  # a run of this batch size reached it: no assumption left
         win = {"updates_to_win_kind": "measured", "win_running_reward": learning["win_reward"]}
     elif learning["batch_size"] != batch:
         win["assumes"] = f"batch_{batch}_needs_the_episodes_batch_{learning['batch_size']}_needed"
@@ -139,7 +140,7 @@ def report(inputs, inputs_path, result, stages, price, out=print):
         return
     last = stages[-1]
     past = last["first_episode"] + last["episodes"]
-    if not known.get("measured") and learning["episodes_to_win"] > past:
+    if not measured and learning["episodes_to_win"] > past:
         win["episodes_past_last_stage"] = learning["episodes_to_win"] - past  # they get the last stage's lengths
     out(kv(hours_to_win=result["hours_to_win"], updates_to_win=result["updates_to_win"], **win))
     out(
@@ -149,7 +150,7 @@ def report(inputs, inputs_path, result, stages, price, out=print):
             dollars_per_hour=dollars_per_hour,
         )
     )
-    if learning["batch_size"] != batch and not known.get("measured"):
+    if learning["batch_size"] != batch and not measured:
         hours = result["hours_to_win_same_updates"]
         out(
             kv(
