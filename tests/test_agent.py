@@ -58,15 +58,18 @@ def test_make_play_without_a_checkpoint_plays_the_shipped_agent(shipped, tmp_pat
     assert float(summary["mean_point_difference"]) == int(game["reward"])
 
 
-def test_the_committed_agent_loads_whole_and_make_play_plays_it_by_default(tmp_path):
-    """job/tools/runs/agent as committed: float16 weights and every metrics line up to its update; `make play`
-    with no CHECKPOINT plays it. A trained agent scores: an untrained one takes 0-2 points a game off
-    the built-in AI, the shipped one won 163 of 200 games (docs/results.md)."""
-    shipped = REPO / "job" / "tools" / "runs" / "agent"
+@pytest.mark.parametrize("folder, batch_size", [("agent", 300), ("agent-b50", 50)])
+def test_the_committed_agents_load_whole_and_play(folder, batch_size, tmp_path):
+    """job/tools/runs/agent (batch 300's, `make play` plays it with no CHECKPOINT) and agent-b50 (the batch-50
+    agent shipped before it) as committed: float16 weights and every metrics line up to their update.
+    A trained agent scores: an untrained one takes 0-2 points a game off the built-in AI, these won 169
+    and 163 of 200 games (docs/results.md)."""
+    shipped = REPO / "job" / "tools" / "runs" / folder
     agent = Run(shipped).load_weights(AGENT_FILE)
-    assert agent.cache is None and agent.config["batch_size"] == 50, agent.config
+    assert agent.cache is None and agent.config["batch_size"] == batch_size, agent.config
     assert [m["update"] for m in Run(shipped).metrics()] == list(range(1, agent.update + 1))
-    made = make("play", "GAMES=1", f"ARGS=--out {tmp_path / 'g.gif'}")
+    chosen = [] if folder == "agent" else [f"CHECKPOINT={shipped}"]
+    made = make("play", "GAMES=1", *chosen, f"ARGS=--out {tmp_path / 'g.gif'}")
     assert made.returncode == 0, made.stdout + made.stderr
     [summary] = map(fields, only(made.stdout, "play "))
     assert summary["checkpoint"] == str(shipped / AGENT_FILE) and summary["update"] == str(agent.update)
@@ -147,6 +150,20 @@ def test_compare_reads_each_runs_reward_at_the_milestones(tiny_run):
     assert made.returncode == 0, made.stderr
     [line] = map(fields, only(made.stdout, "compare "))
     assert line["at_1"] == f"{records[0]['running_reward']:.2f}@u1" and line["at_5"] == "-"
+
+
+def test_compare_labels_each_run_in_the_order_given_whatever_the_order_drawn(tmp_path, monkeypatch, capsys):
+    """--label names a run in --plot's legend (the batch-50 agent's config holds only its last rate); the
+    rows are sorted by batch size, and each label must stay with its own run."""
+    runs = [str(REPO / "job" / "tools" / "runs" / "lr" / n) for n in ("b300-lr0.001", "b50-lr0.002")]
+    png, drawn = tmp_path / "curves.png", []
+    real_plot = compare.plot
+    monkeypatch.setattr(compare, "plot", lambda rows, out: drawn.extend(real_plot(rows, out)))
+    compare.main([*runs, "--at", "1500", "--plot", str(png), "--label", "three hundred", "--label", "fifty"])
+    assert drawn == ["fifty", "three hundred"] and png.stat().st_size > 20_000
+    with pytest.raises(SystemExit) as exit_:
+        compare.main([*runs, "--plot", str(png), "--label", "only one"])
+    assert exit_.value.code == 2 and "1 --label for 2 runs" in capsys.readouterr().err
 
 
 def test_compare_puts_batch_sizes_side_by_side_by_episodes_and_by_updates(tmp_path):

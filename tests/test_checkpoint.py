@@ -43,23 +43,36 @@ def test_keeps_only_the_newest_checkpoints(tmp_path):
 
 
 # The winning run's checkpoint, written by the trainer before Run existed (and before rmsprop_steps).
-COMMITTED = REPO / "job" / "tools" / "runs" / "win-b50-lr0.002"
+# The tree held it until the batch-300 run's checkpoint took its place (one full checkpoint at a time);
+# git's history still does.
+OLD_LAYOUT = "16cc4266d14ae22657ce67d8db97ed46240ad55e", "job/tools/runs/win-b50-lr0.002/ckpt-000370.npz"
+
+
+def committed_old_checkpoint(folder):
+    """OLD_LAYOUT's file from git's history, written into folder: (the folder, the file's name)."""
+    commit, path = OLD_LAYOUT
+    got = subprocess.run(["git", "-C", str(REPO), "show", f"{commit}:{path}"], capture_output=True)
+    assert got.returncode == 0, f"this test reads {path} from commit {commit[:7]}: clone with history. {got.stderr}"
+    folder.mkdir()
+    (folder / os.path.basename(path)).write_bytes(got.stdout)
+    return folder, os.path.basename(path)
 
 
 def test_a_committed_checkpoint_reads_and_writes_back_in_the_same_layout(tmp_path):
     """Every array of the old file comes back, and the file written again holds the same members,
     each array's bytes unchanged; its meta adds only the step count the old one implied."""
-    [name] = Run(COMMITTED).checkpoints()
-    state = Run(COMMITTED).load(name)
+    old_dir, name = committed_old_checkpoint(tmp_path / "old")
+    assert Run(old_dir).checkpoints() == [name]
+    state = Run(old_dir).load(name)
     assert (state.update, state.rmsprop_steps, state.config["batch_size"]) == (370, 370, 50)
     again = Run(tmp_path).save(state)
-    with zipfile.ZipFile(COMMITTED / name) as old, zipfile.ZipFile(again) as new:
+    with zipfile.ZipFile(old_dir / name) as old, zipfile.ZipFile(again) as new:
         assert old.namelist() == new.namelist()
         assert [m.compress_type for m in old.infolist()] == [m.compress_type for m in new.infolist()]
         for member in old.namelist():
             if member != "meta.npy":
                 assert old.read(member) == new.read(member), member
-    with np.load(COMMITTED / name) as old, np.load(again) as new:
+    with np.load(old_dir / name) as old, np.load(again) as new:
         assert json.loads(str(new["meta"])) == json.loads(str(old["meta"])) | {"rmsprop_steps": 370}
 
 

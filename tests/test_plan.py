@@ -412,10 +412,10 @@ def test_every_update_line_carries_progress_and_an_eta(tmp_path):
 
 # -- milestones: measured at a batch size where a run reached them, assumed elsewhere ------------
 
-SHIPPED_RUN = REPO / "job" / "tools" / "runs" / "agent"  # the shipped agent's run: metrics of updates 1-383
+SHIPPED_RUN = REPO / "job" / "tools" / "runs" / "agent-b50"  # the batch-50 agent's run: metrics of updates 1-383
 
 
-def test_milestones_of_the_shipped_run_are_its_metrics(tmp_path):
+def test_milestones_of_the_batch_50_run_are_its_metrics(tmp_path):
     """The batch-50 run's figures the docs quote: 127 updates (36.2 M env steps) to a running reward of 0."""
     copy = tmp_path / "plan_inputs.json"
     copy.write_text(pathlib.Path(inputs.INPUTS).read_text())
@@ -484,37 +484,63 @@ def test_the_hours_to_win_honour_what_a_run_of_this_batch_size_measured(tmp_path
     b300 |= {"running_reward_2": None, "play_criterion": None}
     copy = tmp_path / "plan_inputs.json"
 
-    def plan():
+    def plan(*spot):
         copy.write_text(json.dumps(found | {"milestones": found["milestones"] | {"300": b300}}))
-        made = run_plan("project", "--nodes", "11", "--cpus", "18", "--batch-size", "300", "--inputs", str(copy))
+        made = run_plan("project", "--nodes", "11", "--cpus", "18", "--batch-size", "300", "--inputs", str(copy), *spot)
         assert made.returncode == 0, made.stderr
         lines = {ln.split("=", 1)[0]: fields(ln) for ln in made.stdout.splitlines() if "=" in ln.split()[0]}
         zero = [fields(ln) for ln in made.stdout.splitlines() if "name=running_reward_0 " in ln]
         lines["interruption"] = fields(only(made.stdout, "interruption ")[0])
         return lines, zero
 
-    win, zero = plan()
+    spot = ("--spot-usd-per-node-hour", "0.58", "--interruptions-per-node-hour", "0.05")
+    win, zero = plan(*spot)
     assert (win["hours_to_win"]["updates_to_win"], win["hours_to_win"]["at_least_updates"]) == ("41", "41")
+    same = float(win["hours_to_win_if_same_updates"]["hours_to_win_if_same_updates"])
+    assert float(win["dollars_to_win_spot_if_same_updates"]["hours_to_win_if_same_updates"]) == pytest.approx(same)
     assert win["hours_to_win_if_same_updates"]["updates_to_win"] == "127"
     assert [m["updates"] for m in zero] == ["41", "127"]
     assert float(win["hours_to_win"]["hours_to_win"]) == pytest.approx(float(zero[0]["hours"]), rel=1e-3)
 
     b300["running_reward_0"] = reached(57, 300)
-    win, [zero] = plan()
+    win, [zero] = plan(*spot)
     assert (win["hours_to_win"]["updates_to_win"], win["hours_to_win"]["updates_to_win_kind"]) == ("57", "measured")
     assert "hours_to_win_if_same_updates" not in win and "assumes" not in win["hours_to_win"]
+    # nor at the spot price: 57 measured updates are not batch 50's 57 updates
+    assert "dollars_to_win_spot_if_same_updates" not in win and "dollars_to_win_spot" in win
     assert float(win["hours_to_win"]["hours_to_win"]) == pytest.approx(float(zero["hours"]), rel=1e-3)
     # a node less is slower over the same updates: a node that joins late costs time, never saves it
     assert float(win["interruption"]["start_s"]) >= 0, win["interruption"]
 
 
-def test_the_committed_batch_300_run_reached_a_running_reward_of_0_at_update_33(tmp_path):
-    """The cluster's run, trained here (docs/results.md): its committed metrics give the plan its
-    measured milestone."""
+def test_the_committed_batch_300_run_measured_all_three_milestones(tmp_path):
+    """The cluster's run, trained here (docs/results.md): its committed metrics give the plan a running
+    reward of 0 at update 33 and +2 at update 45; update 40 beat the built-in AI (`make judge`, given
+    by --play-update). `make plan` at 11 x 18 then prints all three as measured, and assumes nothing."""
     copy = without_own_milestones(tmp_path, 300)
     run300 = REPO / "job" / "tools" / "runs" / "b300-lr0.01-d0.94"
-    made = run(["make", "plan-inputs", f"MILESTONES={run300}", f"ARGS=--inputs {copy}"], clean_env(), timeout=120)
+    args = f"--inputs {copy} --play-update 40 --play-source judged"
+    made = run(["make", "plan-inputs", f"MILESTONES={run300}", f"ARGS={args}"], clean_env(), timeout=120)
     assert made.returncode == 0, made.stdout + made.stderr
-    zero = json.loads(copy.read_text())["milestones"]["300"]["running_reward_0"]
+    found = json.loads(copy.read_text())["milestones"]["300"]
+    zero, two, play = (found[n] for n in milestones.NAMES)
     assert (zero["update"], zero["episodes"], round(zero["env_steps"] / 1e6, 1)) == (33, 9900, 46.4)
-    assert zero == json.loads(pathlib.Path(inputs.INPUTS).read_text())["milestones"]["300"]["running_reward_0"]
+    assert (two["update"], two["episodes"], round(two["env_steps"] / 1e6, 1)) == (45, 13500, 72.8)
+    assert (play["update"], play["episodes"], round(play["env_steps"] / 1e6, 1), play["source"]) == (
+        40,
+        12000,
+        61.7,
+        "judged",
+    )
+    committed = json.loads(pathlib.Path(inputs.INPUTS).read_text())["milestones"]["300"]
+    assert {n: committed[n] for n in milestones.NAMES} == {n: found[n] for n in milestones.NAMES} | {
+        "play_criterion": play | {"source": committed["play_criterion"]["source"]}
+    }
+    planned = run(["make", "plan", "NODES=11", "CPUS=18", "BATCH=300"], clean_env(), timeout=120)
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    lines = [fields(ln) for ln in planned.stdout.splitlines() if ln.startswith("milestone ")]
+    assert [(m["name"], m["updates"], m["kind"]) for m in lines] == [
+        ("running_reward_0", "33", "measured"),
+        ("running_reward_2", "45", "measured"),
+        ("play_criterion", "40", "measured"),
+    ]

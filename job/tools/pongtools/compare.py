@@ -69,7 +69,7 @@ def summary(run, at, at_updates=()):
 
 
 def plot(rows, out):
-    """Running reward against episodes and against updates, one line a run, into one PNG."""
+    """Running reward against episodes and against updates, one line a run, into one PNG; returns the legend."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
@@ -77,7 +77,10 @@ def plot(rows, out):
 
     fig, (by_episode, by_update) = plt.subplots(1, 2, figsize=(12, 4.5), dpi=100)
     for r in rows:
-        label = f"batch {r['batch_size']}, lr {r['learning_rate']:g}, {r['rmsprop_start']} start ({r['run']})"
+        label = (
+            r.get("label")
+            or f"batch {r['batch_size']}, lr {r['learning_rate']:g}, {r['rmsprop_start']} start ({r['run']})"
+        )
         reward = [m["running_reward"] for m in r["records"]]
         by_episode.plot([m["total_episodes"] for m in r["records"]], reward, label=label)
         by_update.plot([m["update"] for m in r["records"]], reward, label=label)
@@ -87,10 +90,11 @@ def plot(rows, out):
         ax.axhline(0, color="grey", lw=0.5)
         ax.grid(alpha=0.3)
     by_update.set_xscale("log")
-    by_episode.legend(fontsize=7, loc="upper left")
+    legend = by_episode.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     fig.savefig(out)
     plt.close(fig)
+    return [t.get_text() for t in legend.get_texts()]
 
 
 def main(argv=None):
@@ -110,12 +114,20 @@ def main(argv=None):
     )
     p.add_argument("--markdown", action="store_true", help="print a Markdown table instead of key=value lines")
     p.add_argument("--plot", metavar="PNG", help="also draw every run's running reward by episodes and by updates")
+    p.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        help="--plot's legend for a run instead of its config (once per run, in the order of the runs)",
+    )
     args = p.parse_args(argv)
+    if args.label and len(args.label) != len(args.runs):
+        p.error(f"{len(args.label)} --label for {len(args.runs)} runs: give one per run, in their order, or none")
     rows = []
-    for path in args.runs:
+    for i, path in enumerate(args.runs):
         try:
             run = Run(path)
-            rows.append(summary(run, args.at, args.at_updates))
+            rows.append(summary(run, args.at, args.at_updates) | ({"label": args.label[i]} if args.label else {}))
         except (OSError, StoreError, CheckpointError) as e:
             fail(f"cannot read run {path}: {e}")
     rows.sort(key=lambda r: (r["batch_size"] or 0, r["rmsprop_start"], r["learning_rate"] or 0))
