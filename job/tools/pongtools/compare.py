@@ -124,10 +124,10 @@ def main(argv=None):
     if args.label and len(args.label) != len(args.runs):
         p.error(f"{len(args.label)} --label for {len(args.runs)} runs: give one per run, in their order, or none")
     rows = []
-    for i, path in enumerate(args.runs):
+    for path, label in zip(args.runs, args.label or [None] * len(args.runs), strict=True):
         try:
             run = Run(path)
-            rows.append(summary(run, args.at, args.at_updates) | ({"label": args.label[i]} if args.label else {}))
+            rows.append(summary(run, args.at, args.at_updates) | {"label": label})
         except (OSError, StoreError, CheckpointError) as e:
             fail(f"cannot read run {path}: {e}")
     rows.sort(key=lambda r: (r["batch_size"] or 0, r["rmsprop_start"], r["learning_rate"] or 0))

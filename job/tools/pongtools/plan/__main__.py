@@ -124,8 +124,8 @@ def project(a):
     sp = spot_workers(a, found, result, stages, args, known) if a.nodes > 1 else None
     if sp:
         hours = {"": result["hours_to_win"]}
-        if found["learning"]["batch_size"] != a.batch_size and not known.get("measured"):
-            hours["_if_same_updates"] = result["hours_to_win_same_updates"]  # a measured win assumes nothing
+        if found["learning"]["batch_size"] != a.batch_size and result["hours_to_win_same_updates"] is not None:
+            hours["_if_same_updates"] = result["hours_to_win_same_updates"]
         report.spot(sp, price, hours)
     else:
         print(kv("spot", spot_nodes=0, reason="one node is the head alone, on demand: no worker to put on spot"))

@@ -147,7 +147,8 @@ def project(
     known = known or {}
     floor = known.get("at_least", 0)
     n_episodes = known.get("measured") or (max(-(-target // batch_size), floor) if target else None)
-    n_updates = known.get("measured") or (max(-(-target // learned_batch), floor) if target else None)
+    # a measured win assumes nothing: no reading by the other batch size's updates
+    n_updates = None if known.get("measured") else (max(-(-target // learned_batch), floor) if target else None)
     same_episodes = seconds_for_updates(stages, batch_size, n_episodes) if n_episodes else None
     same_updates = seconds_for_updates(stages, learned_batch, n_updates) if n_updates else None
     first = stages[0]["update"]["seconds"]
