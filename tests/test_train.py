@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+import socket
 import time
 
 import numpy as np
@@ -162,6 +163,31 @@ def test_sigterm_checkpoints_the_last_update_and_says_so(tmp_path, uninterrupted
     assert os.path.basename(done["checkpoint"]) == "ckpt-000002.npz"
     assert [m["update"] for m in metrics(run_dir)] == [1, 2]
     assert_same_run(run_dir, uninterrupted(*args, "--updates", "2"))
+
+
+@pytest.mark.slow  # ray.init acts on the signal only when its 30 s wait for the GCS ends
+def test_sigterm_while_ray_init_waits_for_a_cluster_says_stopping_and_releases_the_run_dir(tmp_path):
+    """ray.init waits minutes for a cluster that is down, and puts in a SIGTERM handler of its own that
+    exits: a stop then must still be a stopping line, a status of 0 and a released run dir."""
+    with socket.socket() as s:  # a port nothing listens on: a cluster that is down
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run_dir = tmp_path / "run"
+    proc = start_trainer("--batch-size", "2", "--run-dir", str(run_dir), RAY_ADDRESS=f"127.0.0.1:{port}")
+    try:
+        out = wait_for_line(proc, "[")  # Ray's first complaint: ray.init is waiting for the GCS
+        assert "Failed to connect to GCS" in out[-1], out
+        assert (run_dir / "trainer.lock").exists()
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    out = "".join(out) + rest
+    assert proc.returncode == 0, out
+    assert "\nstopping signal=SIGTERM during=connecting resume_from_update=0\n" in "\n" + out, out
+    assert "\nstart " not in "\n" + out, out
+    assert not (run_dir / "trainer.lock").exists()
 
 
 @pytest.mark.slow

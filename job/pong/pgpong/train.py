@@ -294,6 +294,8 @@ def keep_learning_rate(cfg, made_with):
 
 def main(argv=None):
     cfg = config.parse_args(argv)
+    signal.signal(signal.SIGTERM, on_signal)  # from here on a stop is a stopping line and a released lock
+    signal.signal(signal.SIGINT, on_signal)
     try:
         run = Run(cfg.run_dir)  # opened once: the trainer's store, checkpoints and metrics
     except StoreError as e:
@@ -321,11 +323,13 @@ def start_and_train(cfg, run, given):
     state, kept_fields = initial_state(cfg, run, given)
     cfg = config.Config(**state.config)  # a resumed run keeps its own batch size, seed, optimizer, learning rate
 
-    import ray
-
     from . import capacity
 
-    ray.init(logging_level="warning", log_to_driver=True)
+    if not _signals:
+        connect_ray()
+    if _signals:  # stopped before the pool: nothing was played, nothing to save
+        print(kv("stopping", signal=_signals[0], during="connecting", resume_from_update=state.update), flush=True)
+        return
     capacity.request(capacity_wanted(cfg))  # an autoscaling cluster starts the nodes for it
     try:
         train_on_ray(cfg, state, run, kept_fields)
@@ -333,12 +337,23 @@ def start_and_train(cfg, run, given):
         capacity.release()  # its idle workers may leave; a cluster without an autoscaler ignores both
 
 
+def connect_ray():
+    """ray.init, which can wait minutes for a cluster that is down or still starting. It puts in a SIGTERM
+    handler of its own that exits (sys.exit in ray/_private/worker.py, and in node.py when it starts a head;
+    its only exits, Ray 2.60): a SIGTERM meanwhile is recorded as ours, and ours goes back in."""
+    import ray
+
+    try:
+        ray.init(logging_level="warning", log_to_driver=True)
+    except SystemExit:
+        _signals.append(signal.SIGTERM.name)
+    signal.signal(signal.SIGTERM, on_signal)
+
+
 def train_on_ray(cfg, state, run, kept_fields):
     """Start the pool, print the start line, train."""
     import ray
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     trainer = Trainer(cfg, state, run)
     try:
         cpus, info = trainer.start_pool()
