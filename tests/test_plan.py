@@ -498,8 +498,9 @@ def test_the_hours_to_win_honour_what_a_run_of_this_batch_size_measured(tmp_path
     assert (win["hours_to_win"]["updates_to_win"], win["hours_to_win"]["at_least_updates"]) == ("41", "41")
     same = float(win["hours_to_win_if_same_updates"]["hours_to_win_if_same_updates"])
     assert float(win["dollars_to_win_spot_if_same_updates"]["hours_to_win_if_same_updates"]) == pytest.approx(same)
-    assert win["hours_to_win_if_same_updates"]["updates_to_win"] == "127"
-    assert [m["updates"] for m in zero] == ["41", "127"]
+    b50 = str(found["milestones"]["50"]["running_reward_0"]["update"])  # the batch-50 run's own, 110 updates
+    assert win["hours_to_win_if_same_updates"]["updates_to_win"] == b50
+    assert [m["updates"] for m in zero] == ["41", b50]
     assert float(win["hours_to_win"]["hours_to_win"]) == pytest.approx(float(zero[0]["hours"]), rel=1e-3)
 
     b300["running_reward_0"] = reached(57, 300)
@@ -511,6 +512,26 @@ def test_the_hours_to_win_honour_what_a_run_of_this_batch_size_measured(tmp_path
     assert float(win["hours_to_win"]["hours_to_win"]) == pytest.approx(float(zero["hours"]), rel=1e-3)
     # a node less is slower over the same updates: a node that joins late costs time, never saves it
     assert float(win["interruption"]["start_s"]) >= 0, win["interruption"]
+
+
+def test_the_hours_to_win_at_a_batch_size_without_a_run_read_the_nearest_run_as_its_milestone_lines_do():
+    """The win is a running reward of 0, and the running_reward_0 milestone is that win: at batch 100,
+    which no run measured, both readings of hours_to_win (same episodes, same updates) are the milestone
+    lines' readings, from the same run (the nearest batch size that reached it: 50), not another's."""
+    made = run_plan("project", "--nodes", "11", "--cpus", "18", "--batch-size", "100", "--samples", "50")
+    assert made.returncode == 0, made.stderr
+    lines = {ln.split("=", 1)[0]: fields(ln) for ln in made.stdout.splitlines() if "=" in ln.split()[0]}
+    zero = {m["kind"]: m for m in map(fields, made.stdout.splitlines()) if m.get("name") == "running_reward_0"}
+    b50 = json.loads(pathlib.Path(inputs.INPUTS).read_text())["milestones"]["50"]
+    episodes, same = zero["assumed_same_episodes"], zero["assumed_same_updates"]
+    assert episodes["run"] == same["run"] == b50["run"]
+    assert int(episodes["updates"]) == -(-b50["running_reward_0"]["episodes"] // 100)
+    assert int(same["updates"]) == b50["running_reward_0"]["update"]
+    win, if_same = lines["hours_to_win"], lines["hours_to_win_if_same_updates"]
+    assert (win["updates_to_win"], win["hours_to_win"]) == (episodes["updates"], episodes["hours"])
+    assert (if_same["updates_to_win"], if_same["hours_to_win_if_same_updates"]) == (same["updates"], same["hours"])
+    assert win["episodes_to_win_source"] == if_same["episodes_to_win_source"] == b50["run"]
+    assert win["learned_at_batch_size"] == "50" and float(win["learned_at_learning_rate"]) == b50["config"]["learning_rate"]
 
 
 def test_the_committed_batch_300_run_measured_all_three_milestones(tmp_path):

@@ -109,7 +109,7 @@ def at_least_zero(text):
 
 
 def project(a):
-    found = inputs.load_inputs(a.inputs)
+    found = milestones.win_from(inputs.load_inputs(a.inputs), a.batch_size)
     if a.measure_core:
         found["core"] = calibration.measure_core(a.measure_core)
         print(kv("core", **found["core"]), flush=True)
@@ -143,7 +143,7 @@ def project(a):
 def spot_workers(a, found, result, stages, args, known):
     """The Spot of this projection: every node but the head on spot, what losing one costs."""
     rate = result["core_rate"]
-    target = found["learning"].get("episodes_to_win")
+    target = result["updates_to_win"] and result["updates_to_win"] * a.batch_size  # the episodes to win here
     replay_s, replayed = model.replay(
         stages, a.nodes, a.cpus, a.batch_size, rate, target, a.detect_s, a.samples, a.seed
     )

@@ -54,6 +54,34 @@ def known(milestones, batch_size, name):
     return {"at_least": own["measured_to"]["update"] + 1}
 
 
+def nearest(milestones, batch_size, name):
+    """The batch size nearest batch_size, not itself, whose run reached milestone `name`; None if none did."""
+    reached = sorted(
+        (abs(int(b) - batch_size), int(b)) for b, m in milestones.items() if m.get(name) and int(b) != batch_size
+    )
+    return reached[0][1] if reached else None
+
+
+def win_from(inputs, batch_size):
+    """The plan's inputs with their win, a running reward of 0, taken from the nearest batch size whose run
+    reached it, so that hours_to_win reads what the running_reward_0 milestone lines read; the episode
+    lengths stay the learning run's. The inputs as they are if no other batch size's run reached it."""
+    found = inputs.get("milestones", {})
+    other = nearest(found, batch_size, "running_reward_0")
+    if other is None:
+        return inputs
+    there = found[str(other)]
+    win = {
+        "batch_size": other,
+        "learning_rate": there["config"]["learning_rate"],
+        "episodes_to_win": there["running_reward_0"]["episodes"],
+        "episodes_to_win_kind": "measured",
+        "episodes_to_win_source": there["run"],
+        "win_reward": 0.0,
+    }
+    return inputs | {"learning": inputs["learning"] | win}
+
+
 def updates_to(milestones, batch_size, name):
     """How many updates batch_size needs to reach milestone `name`, with how it is known.
 
@@ -66,12 +94,9 @@ def updates_to(milestones, batch_size, name):
     own, mine = milestones.get(str(batch_size)), known(milestones, batch_size, name)
     if "measured" in mine:
         return [{"updates": mine["measured"], "kind": "measured", "from_batch_size": batch_size, "run": own["run"]}]
-    reached = sorted(
-        (abs(int(b) - batch_size), int(b)) for b, m in milestones.items() if m.get(name) and int(b) != batch_size
-    )
-    if not reached:
+    other = nearest(milestones, batch_size, name)
+    if other is None:
         return []
-    other = int(reached[0][1])
     there = milestones[str(other)]
     episodes, updates = there[name]["episodes"], there[name]["update"]
     # a run of this batch size that went further without reaching it rules out fewer updates
