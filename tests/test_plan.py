@@ -531,7 +531,10 @@ def test_the_hours_to_win_at_a_batch_size_without_a_run_read_the_nearest_run_as_
     assert (win["updates_to_win"], win["hours_to_win"]) == (episodes["updates"], episodes["hours"])
     assert (if_same["updates_to_win"], if_same["hours_to_win_if_same_updates"]) == (same["updates"], same["hours"])
     assert win["episodes_to_win_source"] == if_same["episodes_to_win_source"] == b50["run"]
-    assert win["learned_at_batch_size"] == "50" and float(win["learned_at_learning_rate"]) == b50["config"]["learning_rate"]
+    assert (
+        win["learned_at_batch_size"] == "50"
+        and float(win["learned_at_learning_rate"]) == b50["config"]["learning_rate"]
+    )
 
 
 def test_the_committed_batch_300_run_measured_all_three_milestones(tmp_path):
