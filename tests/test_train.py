@@ -2,7 +2,6 @@
 
 import json
 import os
-import signal
 import socket
 import time
 
@@ -14,8 +13,8 @@ from harness.runs import (
     assert_same_run,
     read_metrics,
     start_trainer,
+    stopped_after_line,
     train_locally,
-    wait_for_line,
 )
 from pgpong import config, train
 from pgpong.run import Run
@@ -147,14 +146,7 @@ def test_sigterm_checkpoints_the_last_update_and_says_so(tmp_path, uninterrupted
     run_dir = tmp_path / "run"
     args = ["--batch-size", "2", "--workers", "1", "--seed", "6"]
     proc = start_trainer(*args, "--updates", "0", "--checkpoint-every", "1000", "--run-dir", str(run_dir))
-    try:
-        out = wait_for_line(proc, "update=2 ")
-        proc.send_signal(signal.SIGTERM)  # during update 3
-        rest, _ = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-        proc.wait()
-    out = "".join(out) + rest
+    out = stopped_after_line(proc, "update=2 ")  # during update 3
     assert proc.returncode == 0, out
     stopping = lines(out, "stopping ")
     assert stopping and stopping[0]["signal"] == "SIGTERM" and stopping[0]["dropped_update"] == "3", out
@@ -174,16 +166,12 @@ def test_sigterm_while_ray_init_waits_for_a_cluster_says_stopping_and_releases_t
         port = s.getsockname()[1]
     run_dir = tmp_path / "run"
     proc = start_trainer("--batch-size", "2", "--run-dir", str(run_dir), RAY_ADDRESS=f"127.0.0.1:{port}")
-    try:
-        out = wait_for_line(proc, "[")  # Ray's first complaint: ray.init is waiting for the GCS
-        assert "Failed to connect to GCS" in out[-1], out
+
+    def inside_ray_init(read):
+        assert "Failed to connect to GCS" in read[-1], read  # Ray's first complaint: ray.init waits for the GCS
         assert (run_dir / "trainer.lock").exists()
-        proc.send_signal(signal.SIGTERM)
-        rest, _ = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-        proc.wait()
-    out = "".join(out) + rest
+
+    out = stopped_after_line(proc, "[", inside_ray_init, timeout=60)
     assert proc.returncode == 0, out
     assert "\nstopping signal=SIGTERM during=connecting resume_from_update=0\n" in "\n" + out, out
     assert "\nstart " not in "\n" + out, out
@@ -254,15 +242,8 @@ def test_after_a_stop_the_done_line_counts_only_the_episodes_of_finished_updates
         *("--batch-size", "24", "--workers", "2", "--updates", "0", "--checkpoint-every", "1000"),
         *("--run-dir", str(tmp_path / "run")),
     )
-    try:
-        out = wait_for_line(proc, "update=1 ")
-        time.sleep(2)  # some of update 2's 24 episodes, not all: 0.3 to 1 s each here, 2 at a time
-        proc.send_signal(signal.SIGTERM)
-        rest, _ = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-        proc.wait()
-    out = "".join(out) + rest
+    # some of update 2's 24 episodes, not all: 0.3 to 1 s each here, 2 at a time
+    out = stopped_after_line(proc, "update=1 ", lambda read: time.sleep(2))
     assert proc.returncode == 0, out
     assert lines(out, "stopping ")[0]["dropped_update"] == "2", out
     done = fields(lines(out, "done ")[0]["_"])

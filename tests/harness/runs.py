@@ -1,6 +1,7 @@
 """Trainer runs in a test, and their run dirs: `python -m pgpong.train` on the suite's head or on a
 test's cluster, a checkpoint state made up for a test, and two runs compared bit for bit."""
 
+import signal
 import subprocess
 import sys
 
@@ -100,6 +101,21 @@ def wait_for_line(proc, prefix):
         if line.startswith(prefix):
             return read
     raise AssertionError(f"the trainer ended (status {proc.wait()}) before a line {prefix!r}: {''.join(read)[-3000:]}")
+
+
+def stopped_after_line(proc, prefix, then=lambda read: None, timeout=120):
+    """SIGTERM to a start_trainer process once it printed a line starting with prefix and then(lines
+    read) returned (a wait, or checks of the moment); its whole output, read to its end. The process is
+    killed if anything fails on the way."""
+    try:
+        read = wait_for_line(proc, prefix)
+        then(read)
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=timeout)
+    finally:
+        proc.kill()
+        proc.wait()
+    return "".join(read) + rest
 
 
 def make_state(update, seed=0, env="Pong-v0"):
