@@ -116,20 +116,27 @@ if [[ "${LOCAL_BASE:-0}" == 1 ]]; then
     mode=local
 elif ! docker image inspect "$registry_base" >/dev/null 2>&1; then
     say "pulling $registry_base"
-    if ! docker pull "$registry_base" >"$cache/image/pull.log" 2>&1; then
-        say "cannot pull $registry_base ($(tail -1 "$cache/image/pull.log")); using a local Debian base instead"
+    if ! pulled="$(docker pull "$registry_base" 2>&1)"; then
+        say "cannot pull $registry_base ($(tail -1 <<<"$pulled")); using a local Debian base instead"
         mode=local
     fi
 fi
 
-# The build folder: exactly what the Dockerfile copies, so unrelated edits keep the cache.
-context="$cache/image/context"
-rm -rf "$context"
+# The build folder: exactly what the Dockerfile copies, so unrelated edits keep the cache. One
+# of its own for each build, as are the logs: hosts that share the cache (test hosts on one
+# machine, a cache on a network file system) may build at the same moment.
+work="$(mktemp -d "$cache/image/build.XXXXXX")"
+trap 'rm -rf "$work/context"' EXIT
+context="$work/context"
 mkdir -p "$context/wheelhouse"
 cp "$repo/requirements.txt" "$here/check_image.py" "$context/"
 if [[ $mode == local ]]; then
+    # The shared parts are made by one build at a time; the others wait, then find them made.
+    exec 9>"$cache/image/.lock"
+    flock 9
     import_local_base
     download_wheels
+    flock -u 9
     # Hard links when the cache shares a file system with the folder: no copying.
     cp -al "$cache/wheelhouse/." "$context/wheelhouse/" 2>/dev/null || cp -a "$cache/wheelhouse/." "$context/wheelhouse/"
     base="$local_base" offline=1
@@ -137,14 +144,18 @@ else
     base="$registry_base" offline=0
 fi
 
-say "building $image from $base (log: $cache/image/build.log)"
+log="$work/build.log"
+say "building $image from $base (log: $log)"
 if ! docker build --file "$here/Dockerfile" --tag "$image" \
     --build-arg BASE_IMAGE="$base" --build-arg PIP_OFFLINE="$offline" \
-    "$context" >"$cache/image/build.log" 2>&1; then
-    tail -25 "$cache/image/build.log" >&2
-    die "docker build failed (the end of its log is above; all of it in $cache/image/build.log)"
+    "$context" >"$log" 2>&1; then
+    tail -25 "$log" >&2
+    die "docker build failed (the end of its log is above; all of it in $log)"
 fi
 # The image's own check (infra/check_image.py), when this build ran it; the classic
 # builder colours the build's stderr, so strip that first.
-sed 's/\x1b\[[0-9;]*m//g' "$cache/image/build.log" | grep '^check_image ' || true
+sed 's/\x1b\[[0-9;]*m//g' "$log" | grep '^check_image ' || true
+# The newest build's log stays as build.log; the folder of this build goes.
+mv "$log" "$cache/image/build.log"
+rm -rf "$work"
 say "built image=$image base=$base mode=$mode seconds=$((SECONDS - started))"

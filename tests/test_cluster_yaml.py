@@ -54,6 +54,9 @@ def test_every_ray_start_has_the_thread_presets_and_token_mode(path):
     assert THREADS == {"OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     for key in ("head_start_ray_commands", "worker_start_ray_commands"):
         env, _ = ray_start_env(config[key])
+        # local.yaml's head runs Ray's first autoscaler (the second launches one worker too few there).
+        if path.name == "local.yaml" and key == "head_start_ray_commands":
+            assert env.pop("RAY_enable_autoscaler_v2", None) == "0", env
         assert env == {**THREADS, "RAY_AUTH_MODE": "token"}, (key, env)
 
 
@@ -64,6 +67,13 @@ def test_the_token_reaches_every_node_and_the_dashboard_stays_on_loopback(path):
     assert config["file_mounts"].get(TOKEN) == TOKEN
     _, words = ray_start_env(config["head_start_ray_commands"])
     assert "--dashboard-host=127.0.0.1" in words, words
+    # ... and into a container that Ray's autoscaler starts again without file_mounts: every process
+    # there reads the host's copy of the token folder, named after this cluster.
+    host_copy = get_docker_host_mount_location(config["cluster_name"])
+    options = shlex.split(" ".join(config["docker"]["run_options"]))
+    mounted = options[options.index("-v") + 1].split(":")
+    assert mounted[0] == f"{host_copy}/{Path(TOKEN).parent}", mounted
+    assert f"RAY_AUTH_TOKEN_PATH={mounted[1]}/{Path(TOKEN).name}" in options, options
 
 
 @pytest.mark.parametrize("path", CLUSTER_FILES, ids=lambda p: p.name)

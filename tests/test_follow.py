@@ -105,3 +105,48 @@ def test_the_pool_grows_onto_a_joining_node_drops_it_when_it_dies_and_the_bits_s
     assert all(u["ledger"] == "complete" for _, u in updates)
     assert [r["update"] for r in read_metrics(run_dir)] == list(range(1, last + 1))
     assert_same_run(run_dir, reference)
+
+
+@pytest.mark.slow  # a cluster of its own, two nodes started and one killed while a job trains: minutes
+@pytest.mark.alone  # it starts nodes while its job trains (see test_chaos.py)
+def test_an_actor_whose_node_died_before_it_answered_is_dropped_and_the_pool_grows_again(tmp_path):
+    """The pool adds an actor for a joining node; that node dies before the actor first answers. The
+    actor was never heard from, so the pool does not know its node: it must still drop it (its node
+    left), and grow again onto the next node that joins."""
+    run_dir = tmp_path / "never-answered"
+    with two_node_cluster(second_node=False, **FAST_DEATH) as cluster:
+        head = {n["node_id"] for n in cluster.alive_nodes()}
+        submission = f"never-answered-{uuid.uuid4().hex[:8]}"
+        plain_submit(cluster, submission, *ARGS, "--updates", "1000", "--run-dir", str(run_dir))
+        try:
+            wait_for(cluster, submission, lambda t: len(lines_of(t, "update")) >= 2, what="two updates on the head")
+            # The joining node's actor starts a Python worker, imports the job and warms up its
+            # emulator: seconds, long after its node is killed here, which follows the `growing` line.
+            session = cluster.start_second_node()
+            wait_for(cluster, submission, lambda t: lines_of(t, "growing"), timeout_s=120, what="a growing line")
+            cluster.kill_session(session)
+            text = logs(cluster, submission)
+            assert not lines_of(text, "joined"), "the actor answered before its node was killed:\n" + text[-3000:]
+            deadline = time.monotonic() + 90
+            while len(cluster.alive_nodes()) != 1:
+                assert time.monotonic() < deadline, "the killed node still shows as alive"
+                time.sleep(1)
+            cluster.start_second_node()
+            deadline = time.monotonic() + 90
+            while not (new := {n["node_id"] for n in cluster.alive_nodes()} - head):
+                assert time.monotonic() < deadline, "the third node never showed as alive"
+                time.sleep(1)
+            [third] = new
+
+            def played_on_the_third(text):
+                joined = [n for n, f in lines_of(text, "joined") if f["node"] == third[:8]]
+                return joined and any(u["actors"] == "2" for u in after(text, "update", joined[0]))
+
+            text = wait_for(cluster, submission, played_on_the_third, timeout_s=240, what="an update on the third node")
+        finally:
+            run([RAY, "job", "stop", submission], cluster.client_env(), timeout=120)
+    grew = [n for n, _ in lines_of(text, "growing")]
+    dropped = [(n, f) for n, f in lines_of(text, "dropped")]
+    # The never-answered actor is dropped once its node is gone, and the pool then grows onto the third node.
+    assert len(dropped) == 1 and dropped[0][1]["reason"] == "node_left", text[-4000:]
+    assert dropped[0][1]["node"] == "unknown" and grew[0] < dropped[0][0] < grew[-1], text[-4000:]

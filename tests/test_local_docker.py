@@ -34,12 +34,9 @@ import getpass
 import hashlib
 import json
 import os
-import re
 import shutil
-import signal
 import socket
 import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -49,8 +46,17 @@ from types import SimpleNamespace
 import pytest
 import yaml
 from harness import RAY, REPO, clean_env, fields, run
+from harness.launcher import (
+    clear,
+    close_ray_ssh_connections,
+    launcher_files,
+    remove,
+    snapshot,
+    stop_processes,
+    tail,
+    with_descendants,
+)
 from harness.processes import PORT_ATTEMPTS, free_port, with_new_ports
-from ray.autoscaler.sdk import get_docker_host_mount_location
 
 LOCAL_YAML = REPO / "cluster" / "local.yaml"
 COMMITTED = yaml.safe_load(LOCAL_YAML.read_text())
@@ -133,115 +139,6 @@ def what_is_missing():
             "SSH port); stop the SSH server that listens there"
         )
     return missing
-
-
-def children_of():
-    """{pid: [child pids]} over the live (non-zombie) processes."""
-    tree = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            state, ppid = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
-        except (OSError, ValueError):
-            continue
-        if state != "Z":
-            tree.setdefault(int(ppid), []).append(int(entry.name))
-    return tree
-
-
-def with_descendants(pid):
-    tree, found, todo = children_of(), [], [pid]
-    while todo:
-        found.append(todo.pop())
-        todo.extend(tree.get(found[-1], []))
-    return found
-
-
-def alive(pids):
-    tree = children_of()
-    live = {child for children in tree.values() for child in children}
-    return [pid for pid in pids if pid in live]
-
-
-def stop_processes(pids, grace_s=5.0):
-    """SIGTERM, then SIGKILL what is left after grace_s; returns the survivors."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in alive(pids):
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + grace_s
-        while alive(pids) and time.monotonic() < deadline:
-            time.sleep(0.2)
-    return alive(pids)
-
-
-def ray_control_dir():
-    """The folder of Ray's SSH control sockets for this cluster (see SSHCommandRunner)."""
-
-    def short_hash(text):
-        return hashlib.sha256(text.encode()).hexdigest()[:10]
-
-    return Path(f"/tmp/ray_ssh_{short_hash(getpass.getuser())}") / short_hash(CLUSTER_NAME)
-
-
-def close_ray_ssh_connections():
-    """Ray keeps an SSH connection to each node open after each command (ControlPersist)."""
-    control_dir = ray_control_dir()
-    for control_socket in control_dir.glob("*"):
-        subprocess.run(
-            ["ssh", "-o", f"ControlPath={control_socket}", "-O", "exit", "127.0.0.1"], capture_output=True, timeout=30
-        )
-    masters = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and str(control_dir).encode() in (entry / "cmdline").read_bytes():
-                masters.append(int(entry.name))
-        except OSError:
-            continue
-    stop_processes(masters)
-
-
-def launcher_files():
-    """What Ray's launcher writes on this machine for a `ray up` of CLUSTER_NAME."""
-    # `ray up` runs with clean_env(): no RAY_TMPDIR, so Ray's temp dir follows TMPDIR.
-    ray_tmp = Path(os.environ.get("TMPDIR") or "/tmp") / "ray"
-    host_copy = Path(get_docker_host_mount_location(CLUSTER_NAME))
-    fixed = [
-        ray_tmp / f"cluster-{CLUSTER_NAME}.state",
-        ray_tmp / f"cluster-{CLUSTER_NAME}.lock",
-        host_copy,
-        host_copy.parent,
-        ray_control_dir(),
-        ray_control_dir().parent,
-    ]
-    temp = Path(tempfile.gettempdir())
-    cached = [*temp.glob("ray-config-*"), *temp.glob("ray-up-*")]
-    return {path for path in fixed + cached if path.exists()}
-
-
-def remove(path):
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)
-
-
-def snapshot(folder):
-    """{name: (size, mtime)} of the files in folder, to prove it was left alone."""
-    if not folder.is_dir():
-        return None
-    return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir()}
-
-
-def clear(text):
-    return re.sub(r"\x1b\[[0-9;]*m", "", text)
-
-
-def tail(path, lines=60):
-    return "\n".join(clear(Path(path).read_text(errors="replace")).splitlines()[-lines:])
 
 
 @pytest.fixture
@@ -340,7 +237,7 @@ def cluster_yaml(sshd, tmp_path):
 
     cluster.new_ports = new_ports
     new_ports()
-    before = launcher_files()
+    before = launcher_files(CLUSTER_NAME)
     try:
         yield cluster
     finally:
@@ -350,8 +247,8 @@ def cluster_yaml(sshd, tmp_path):
             if container_exists():
                 subprocess.run(["docker", "rm", "-f", CONTAINER], capture_output=True, timeout=120)
         finally:
-            close_ray_ssh_connections()
-            for leftover in launcher_files() - before:
+            close_ray_ssh_connections(CLUSTER_NAME)
+            for leftover in launcher_files(CLUSTER_NAME) - before:
                 remove(leftover)
 
 

@@ -6,6 +6,8 @@ only fixtures and hooks, and no test module imports another.
     harness.cluster    the two-node cluster a test starts, the suite's Ray head, Ray Jobs on a cluster
     harness.aws        moto's AWS server on loopback, IAM users, pointing a process at it
     harness.runs       trainer runs in a test, and reading and comparing their run dirs
+    harness.launcher   what `ray up` leaves on this machine: its SSH connections, files, process trees
+    harness.hosts      test hosts of their own (address, sshd, Docker engine) on a lan in namespaces
 
 Nothing here imports numpy, Ray or the job's package at the top of a module: conftest.py sets the
 suite's environment (SUITE_ENV) before any of them is first imported.

@@ -92,6 +92,7 @@ class RolloutPool:
         self.fresh = set(self.probes.values())  # actors never heard from yet: `joined` when they answer
         self.episodes_by_node = collections.Counter()  # episodes of the updates played, and the one in flight
         self.sums_received = 0  # gradient sums the driver added, over all updates: one per node and update
+        self.nodes_seen = {n["NodeID"] for n in ray.nodes() if n["Alive"]}  # at the last follow_cluster
 
     def wait_to_start(self, probes, wait_s, check_stop):
         """The probes of the actors that answered: all of them, or for a pool that follows the
@@ -138,8 +139,12 @@ class RolloutPool:
         """Between updates: drop the actors of nodes that left, then add actors for the cluster's CPUs
         that have none, up to limit. A new actor plays once it answers (a `joined` line)."""
         alive = {n["NodeID"]: n["Resources"].get("CPU", 0) for n in ray.nodes() if n["Alive"]}
+        left, self.nodes_seen = self.nodes_seen - set(alive), set(alive)
         for i in self.live():
-            if i in self.node and self.node[i] not in alive:
+            if i in self.node:
+                if self.node[i] not in alive:
+                    self.drop(i)
+            elif left and i in self.fresh:  # never heard from, so its node is unknown: perhaps one that left
                 self.drop(i)
         cpus = int(sum(alive.values()))
         grow = min(self.limit, cpus) - len(self.live())
@@ -153,8 +158,9 @@ class RolloutPool:
         self.out(kv("growing", added=grow, actors=len(self.live()), cluster_cpus=cpus, limit=self.limit))
 
     def drop(self, i):
-        """Actor i's node left the cluster: end the actor (Ray would wait to restart it) and forget it."""
-        node = self.node.pop(i)
+        """Actor i's node left the cluster, or a node left before actor i first answered (node=unknown):
+        end the actor (Ray would wait to restart it until a CPU frees, holding its place) and forget it."""
+        node = self.node.pop(i, "unknown")
         ray.kill(self.actors[i], no_restart=True)
         self.actors[i] = None
         self.healthy.discard(i)
@@ -210,7 +216,16 @@ class RolloutPool:
         self.healthy.add(i)
         what = "joined" if i in self.fresh else "recovered"
         self.fresh.discard(i)
-        self.out(kv(what, actor=i, node=self.node[i][:8], healthy=len(self.healthy), size=len(self.live())))
+        self.out(
+            kv(
+                what,
+                actor=i,
+                node=self.node[i][:8],
+                healthy=len(self.healthy),
+                size=len(self.live()),
+                blas_threads=info["blas_threads"],  # this actor's, on its node: the thread presets held there
+            )
+        )
 
     # -- one update --------------------------------------------------------------
 

@@ -1,0 +1,469 @@
+"""cluster/local.yaml's LAN recipe for real: Ray's own launcher brings up a head and two worker hosts,
+the pong job trains on all three, a worker host loses its container mid-job and comes back, and
+`ray down` leaves nothing.
+
+    make test-docker      # this test and test_local_docker.py; this one takes about 10 minutes
+
+It follows docs/local-cluster.md, A few hosts on your LAN, with what a user has done for them:
+three hosts, each with its own address, its own sshd on port 22 and its own Docker engine
+(harness.hosts: network and mount namespaces on this machine, on a lan of their own), root's login
+key in each one's authorized keys, and the copy of cluster/local.yaml that the page has a user
+edit: head_ip, worker_ips, the SSH user and key (and here, the test's own token file). Then:
+
+1. `make image` here, which fills the cache the hosts' image builds share (they reach no registry);
+2. `ray up -y` from the lan, where a user's laptop sits: the head alone; its autoscaler launches
+   the two workers from worker_ips, each running its initialization commands (the image build)
+   and joining with the token;
+3. `make submit JOB=pong` through `ray dashboard`'s tunnel, with --workers auto: the done line
+   names the three nodes, every actor reports one BLAS thread, and a task on each node finds
+   OPENBLAS_NUM_THREADS=1; the final checkpoint equals, bit for bit, a one-node run's;
+4. a second job, and worker2's container killed under it: the job drops that node's actors and
+   goes on; Ray's autoscaler starts the worker again, the pool grows onto it (a `growing` line
+   after the `dropped` ones, then `joined`), and the checkpoint after a stop equals a one-node
+   run's of the same updates;
+5. `ray down -y`: no container on any host; then the hosts themselves are stopped, and no sshd,
+   dockerd, namespace or folder of theirs is left.
+
+It prints one line with the bring-up figures (docs/local-cluster.md and `make plan` use them):
+local_cluster nodes=3 head_up_s= workers_joined_s= image_s= job_s= lost_node_back_s= down_s= ...
+"""
+
+import ctypes
+import getpass
+import json
+import os
+import re
+import shutil
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+from harness import RAY, REPO, clean_env, fields, run
+from harness.hosts import Lan
+from harness.launcher import clear, close_ray_ssh_connections, launcher_files, remove, snapshot, tail
+from harness.runs import assert_same_run, train_locally
+from ray.autoscaler.sdk import get_docker_host_mount_location
+
+LOCAL_YAML = REPO / "cluster" / "local.yaml"
+COMMITTED = yaml.safe_load(LOCAL_YAML.read_text())
+CLUSTER_NAME = COMMITTED["cluster_name"]
+CONTAINER = COMMITTED["docker"]["container_name"]
+TOKEN_MOUNT = "~/.ray/auth_token"
+HOSTS = ["head", "worker1", "worker2"]
+DASHBOARD_PORT = 8265  # on the lan, where the tunnel listens: the lan's own loopback
+LAUNCHER_TIMEOUT_S = 900
+JOIN_TIMEOUT_S = 600
+BACK_TIMEOUT_S = 600
+BATCH = 6  # two CPUs on each of three hosts: one episode for each actor
+UPDATES = 12
+CLONE_NEWNET = 0x40000000
+SSH_OPTIONS = [
+    "-o",
+    "BatchMode=yes",
+    "-o",
+    "StrictHostKeyChecking=no",
+    "-o",
+    "UserKnownHostsFile=/dev/null",
+    "-o",
+    "LogLevel=ERROR",
+]
+
+# Run in the head's container by `python -`: a task pinned to each alive node reports the thread
+# presets and BLAS threads of a worker process there, which its raylet started with the node's env.
+NODE_PROBE = """\
+import json, os, ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
+
+@ray.remote(num_cpus=0)
+def presets():
+    import numpy  # noqa: F401  (loads OpenBLAS, whose threads threadpoolctl counts)
+    from threadpoolctl import threadpool_info
+    blas = max((i["num_threads"] for i in threadpool_info() if i.get("user_api") == "blas"), default=0)
+    return os.environ.get("OPENBLAS_NUM_THREADS", "unset"), blas
+
+nodes = [n for n in ray.nodes() if n["Alive"]]
+found = ray.get([
+    presets.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote()
+    for n in nodes
+])
+print("probe " + json.dumps({n["NodeManagerAddress"]: f for n, f in zip(nodes, found)}))
+"""
+
+
+def in_lan(lan, fn, *args):
+    """fn(*args) in a thread of this process that joined the lan's network (setns is per thread)."""
+    result = {}
+
+    def body():
+        fd = os.open(f"/run/netns/{lan.netns}", os.O_RDONLY)
+        try:
+            if ctypes.CDLL(None, use_errno=True).setns(fd, CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "setns into the lan")
+            result["value"] = fn(*args)
+        except BaseException as error:  # handed to the caller's thread
+            result["error"] = error
+        finally:
+            os.close(fd)
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    thread.join()
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
+
+
+def jobs_api(path, token):
+    request = urllib.request.Request(f"http://127.0.0.1:{DASHBOARD_PORT}{path}")
+    request.add_header("Authorization", "Bearer " + token)
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def what_is_missing():
+    missing = []
+    if os.geteuid() != 0:
+        missing.append("run it as root: it makes network namespaces and starts sshd and dockerd")
+    for tool, package in (
+        ("docker", "docker.io"),
+        ("dockerd", "docker.io"),
+        ("sshd", "openssh-server"),
+        ("ssh", "openssh-client"),
+        ("rsync", "rsync"),
+        ("ip", "iproute2"),
+        ("nsenter", "util-linux"),
+        ("unshare", "util-linux"),
+    ):
+        if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists():
+            missing.append(f"no {tool} here; install {package} (`make docker-engine` does)")
+    return missing
+
+
+@pytest.fixture
+def lan(tmp_path):
+    """Three hosts on a lan of their own, each logging root in with a key made here; all gone after."""
+    missing = what_is_missing()
+    if missing:
+        pytest.fail("this machine cannot run the lan cluster test:\n- " + "\n- ".join(missing), pytrace=False)
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "pong-lan-test", "-f", str(keys / "login_key")],
+        check=True,
+        timeout=60,
+    )
+    (keys / "authorized_keys").write_text((keys / "login_key.pub").read_text())
+    # Where each host's build looks for the cache: build-image.sh's folder, as the launcher copies it.
+    (infra_mount,) = [remote for remote, local in COMMITTED["file_mounts"].items() if local == "./infra"]
+    build_folder = get_docker_host_mount_location(CLUSTER_NAME) + str(Path(infra_mount).parent)
+    home_ssh = Path.home() / ".ssh"
+    before = snapshot(home_ssh)
+    network = Lan(HOSTS, keys / "authorized_keys", REPO / ".cache", f"{build_folder}/.cache")
+    network.login_key = keys / "login_key"
+    try:
+        network.start()
+        for host in network.hosts:  # fail here, in seconds, rather than in `ray up`'s minutes of retries
+            login = run(
+                network.laptop(["ssh", *SSH_OPTIONS, "-i", str(keys / "login_key"), f"root@{host.address}", "true"]),
+                clean_env(),
+                timeout=60,
+            )
+            assert login.returncode == 0, (
+                f"root cannot log in to {host.name}: {login.stderr}\n{tail(host.folder / 'sshd.log')}"
+            )
+        yield network
+    finally:
+        left = network.stop()
+        assert not left, f"the test hosts left: {left}"
+        assert snapshot(home_ssh) == before, "~/.ssh changed during the test"
+
+
+@pytest.fixture
+def cluster(lan, tmp_path):
+    """cluster/local.yaml as docs/local-cluster.md has a user edit it for a LAN, and `ray dashboard`'s
+    tunnel once it is up. Tears the cluster down if the test did not, and removes the launcher's files."""
+    assert COMMITTED["provider"] == {"type": "local", "head_ip": "127.0.0.1", "worker_ips": []}, COMMITTED["provider"]
+    token = tmp_path / "auth_token"
+    token.write_text(os.urandom(32).hex())
+    token.chmod(0o600)
+    config = yaml.safe_load(LOCAL_YAML.read_text())
+    config["provider"]["head_ip"] = lan.hosts[0].address
+    config["provider"]["worker_ips"] = [host.address for host in lan.hosts[1:]]
+    config["auth"] = {"ssh_user": getpass.getuser(), "ssh_private_key": str(lan.login_key)}
+    config["file_mounts"][TOKEN_MOUNT] = str(token)
+    path = tmp_path / "local.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    edited = {k: v for k, v in config.items() if k not in ("provider", "auth", "file_mounts")}
+    assert edited == {k: v for k, v in COMMITTED.items() if k not in ("provider", "auth", "file_mounts")}
+    state = SimpleNamespace(path=path, token=token, log=tmp_path / "launcher.log", tunnel=None, lan=lan, tmp=tmp_path)
+    before = launcher_files(CLUSTER_NAME)
+    try:
+        yield state
+    finally:
+        try:
+            if state.tunnel is not None:
+                state.tunnel.kill()
+                state.tunnel.wait(timeout=30)
+            if any(CONTAINER in host.containers() for host in lan.hosts):
+                launcher(state, "down")
+        finally:
+            close_ray_ssh_connections(CLUSTER_NAME)
+            for leftover in launcher_files(CLUSTER_NAME) - before:
+                remove(leftover)
+
+
+def client_env(cluster, **extra):
+    """A user's environment on the laptop for the cluster's Jobs API, through the tunnel."""
+    return clean_env(
+        RAY_ADDRESS=f"http://127.0.0.1:{DASHBOARD_PORT}",
+        RAY_AUTH_MODE="token",
+        RAY_AUTH_TOKEN_PATH=str(cluster.token),
+        **extra,
+    )
+
+
+def launcher(cluster, *verb, timeout=LAUNCHER_TIMEOUT_S):
+    """`ray VERB CONFIG -y` from the laptop (the lan), in the repository root as the docs say."""
+    with open(cluster.log, "a") as log:
+        log.write(f"\n$ ray {' '.join(verb)} {cluster.path} -y\n")
+        log.flush()
+        return subprocess.run(
+            cluster.lan.laptop([RAY, *verb, str(cluster.path), "-y"]),
+            cwd=REPO,
+            env=clean_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            timeout=timeout,
+        )
+
+
+def head_exec(cluster, command, **kwargs):
+    """A command in the head's container, on the head host."""
+    return cluster.lan.hosts[0].run(["docker", "exec", "-i", CONTAINER, "bash", "--login", "-c", command], **kwargs)
+
+
+def alive_nodes(cluster):
+    """{node id: address} of the nodes the head's GCS holds alive (through the tunnel)."""
+    token = cluster.token.read_text().strip()
+    nodes = in_lan(cluster.lan, jobs_api, "/api/v0/nodes?detail=false&limit=100", token)
+    return {n["node_id"]: n["node_ip"] for n in nodes["data"]["result"]["result"] if n["state"] == "ALIVE"}
+
+
+def wait_until(what, check, timeout_s, pause_s=2.0):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            found = check()
+        except (OSError, urllib.error.URLError, KeyError):
+            found = None
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout_s}s")
+        time.sleep(pause_s)
+
+
+def updater_seconds(text, address, step):
+    """Seconds of one step of Ray's NodeUpdater for a host, from the launcher's or autoscaler's log."""
+    found = re.findall(rf"NodeUpdater: {re.escape(address)}: {step} succeeded \[LogTimer=(\d+)ms\]", clear(text))
+    return round(int(found[0]) / 1000, 1) if found else None
+
+
+def submit(cluster, run_dir, updates):
+    """make submit JOB=pong with the default --workers auto; its submission id."""
+    last_job = cluster.tmp / f"last-job-{Path(run_dir).name}"
+    args = f"--batch-size {BATCH} --updates {updates} --seed 0 --run-dir {run_dir}"
+    submitted = run(
+        cluster.lan.laptop(["make", "submit", "JOB=pong", f"ARGS={args}"]),
+        client_env(cluster, LAST_JOB_FILE=str(last_job)),
+        timeout=180,
+    )
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    return last_job.read_text().strip()
+
+
+def job_logs(cluster, job_id, follow=False, timeout=60):
+    args = [RAY, "job", "logs", job_id] + (["--follow"] if follow else [])
+    got = run(cluster.lan.laptop(args), client_env(cluster), timeout=timeout)
+    return clear(got.stdout)
+
+
+def lines_of(text, kind):
+    return [(n, fields(line)) for n, line in enumerate(text.splitlines()) if line.startswith(kind + " ")]
+
+
+def updates_of(text):
+    return [(n, fields(line)) for n, line in enumerate(text.splitlines()) if line.startswith("update=")]
+
+
+def fetch_run(cluster, run_dir, into):
+    """The job's run dir, from the head's container to this machine (`ray rsync-down`)."""
+    fetched = subprocess.run(
+        cluster.lan.laptop([RAY, "rsync-down", str(cluster.path), f"{run_dir}/", f"{into}/"]),
+        cwd=REPO,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=300,
+    )
+    assert fetched.returncode == 0 and any(Path(into).glob("ckpt-*.npz")), fetched.stdout[-2000:] + fetched.stderr
+    return Path(into)
+
+
+@pytest.mark.docker
+def test_ray_up_launches_two_workers_that_train_and_one_comes_back(cluster, lan, tmp_path):
+    figures = {}
+    started = time.monotonic()
+    built = run(["make", "image"], clean_env(), timeout=LAUNCHER_TIMEOUT_S)
+    assert built.returncode == 0 and "built image=" in built.stdout, built.stdout + built.stderr
+
+    # 2. The head by `ray up`, the workers by its autoscaler.
+    started = time.monotonic()
+    up = launcher(cluster, "up")
+    assert up.returncode == 0, f"`ray up` failed:\n{tail(cluster.log)}"
+    figures["head_up_s"] = round(time.monotonic() - started, 1)
+    cluster.tunnel = subprocess.Popen(
+        lan.laptop([RAY, "dashboard", str(cluster.path), "--port", str(DASHBOARD_PORT)]),
+        cwd=REPO,
+        env=clean_env(),
+        stdout=open(tmp_path / "tunnel.log", "w"),
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
+    addresses = {host.address: host.name for host in lan.hosts}
+    nodes = wait_until(
+        "three alive nodes", lambda: len(alive_nodes(cluster)) == 3 and alive_nodes(cluster), JOIN_TIMEOUT_S
+    )
+    figures["workers_joined_s"] = round(time.monotonic() - started - figures["head_up_s"], 1)
+    assert sorted(addresses[a] for a in nodes.values()) == HOSTS, nodes
+    assert all(CONTAINER in host.containers() for host in lan.hosts)
+    monitor = head_exec(
+        cluster, "cat /tmp/ray/session_latest/logs/monitor.out /tmp/ray/session_latest/logs/monitor.log"
+    )
+    launched = cluster.log.read_text(errors="replace") + monitor.stdout
+    images = {}
+    for host in lan.hosts:
+        images[host.name] = updater_seconds(launched, host.address, "Initialization commands")
+    built_lines = re.findall(r"build-image: built image=\S+ base=\S+ mode=\S+ seconds=(\d+)", clear(launched))
+    assert len(built_lines) >= 3, f"not every host built its image:\n{built_lines}"
+    figures["image_s"] = ",".join(f"{name}:{images[name]}" for name in HOSTS)
+
+    # 3. The job on all three nodes, and the same bits as one node.
+    token = cluster.token.read_text().strip()
+    started = time.monotonic()
+    job_id = submit(cluster, "/root/pong-runs/lan-three", UPDATES)
+    text = job_logs(cluster, job_id, follow=True, timeout=900)
+    figures["job_s"] = round(time.monotonic() - started, 1)
+    status = in_lan(lan, jobs_api, f"/api/jobs/{job_id}", token)["status"]
+    (_, done), (_, start) = lines_of(text, "done")[-1], lines_of(text, "start")[0]
+    assert status == "SUCCEEDED" and done["updates"] == str(UPDATES), text[-3000:]
+    by_node = dict(pair.split(":") for pair in done["episodes_by_node"].split(","))
+    assert done["nodes"] == "3" and len(by_node) == 3, done
+    threads = {start["blas_threads"]} | {f["blas_threads"] for _, f in lines_of(text, "joined")}
+    assert threads == {"1"}, f"actors report BLAS threads {threads}:\n{text[-3000:]}"
+    probe = head_exec(cluster, "python -", input=NODE_PROBE, timeout=180)
+    probed = [json.loads(line[len("probe ") :]) for line in probe.stdout.splitlines() if line.startswith("probe ")]
+    assert probe.returncode == 0 and probed, probe.stdout + probe.stderr
+    assert {addresses[a] for a in probed[0]} == set(HOSTS), probed
+    assert all(found == ["1", 1] for found in probed[0].values()), f"thread presets by node: {probed[0]}"
+    three = fetch_run(cluster, "/root/pong-runs/lan-three", tmp_path / "lan-three")
+    alone = tmp_path / "one-node"
+    reference = train_locally(
+        "--batch-size",
+        str(BATCH),
+        "--updates",
+        str(UPDATES),
+        "--seed",
+        "0",
+        "--workers",
+        "2",
+        "--run-dir",
+        str(alone),
+        timeout=900,
+    )
+    assert reference.returncode == 0, reference.stdout[-2000:] + reference.stderr[-2000:]
+    assert_same_run(three, alone)
+
+    # 4. A worker host loses its container under a running job.
+    job_id = submit(cluster, "/root/pong-runs/lan-lost", 0)
+    wait_until(
+        "an update on three nodes",
+        lambda: any(f["nodes"] == "3" for _, f in updates_of(job_logs(cluster, job_id))),
+        300,
+    )
+    worker2 = lan.hosts[2]
+    (lost,) = [node for node, address in alive_nodes(cluster).items() if address == worker2.address]
+    killed = worker2.run(["docker", "kill", CONTAINER], timeout=60)
+    assert killed.returncode == 0, killed.stderr
+    lost_at = time.monotonic()
+
+    def back():
+        nodes = alive_nodes(cluster)
+        return [n for n, a in nodes.items() if a == worker2.address and n != lost]
+
+    wait_until("worker2 back in the cluster", back, BACK_TIMEOUT_S)
+    figures["lost_node_back_s"] = round(time.monotonic() - lost_at, 1)
+    (new_node,) = back()
+
+    def grown():
+        text = job_logs(cluster, job_id)
+        joined = [n for n, f in lines_of(text, "joined") if f["node"] == new_node[:8]]
+        return joined and any(f["nodes"] == "3" for n, f in updates_of(text) if n > joined[0]) and text
+
+    text = wait_until("the pool playing on worker2 again", grown, 300)
+    dropped = [n for n, f in lines_of(text, "dropped") if f["node"] == lost[:8]]
+    growing = [n for n, _ in lines_of(text, "growing")]
+    assert dropped and any(n > dropped[-1] for n in growing), text[-4000:]
+    stopped = run(cluster.lan.laptop([RAY, "job", "stop", job_id]), client_env(cluster), timeout=120)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    text = wait_until(
+        "the stopped job's done line",
+        lambda: lines_of(job_logs(cluster, job_id), "done") and job_logs(cluster, job_id),
+        120,
+    )
+    (_, done_lost) = lines_of(text, "done")[-1]
+    last = int(done_lost["last_update"])
+    after_loss = fetch_run(cluster, "/root/pong-runs/lan-lost", tmp_path / "lan-lost")
+    alone = tmp_path / "one-node-lost"
+    reference = train_locally(
+        "--batch-size",
+        str(BATCH),
+        "--updates",
+        str(last),
+        "--seed",
+        "0",
+        "--workers",
+        "2",
+        "--run-dir",
+        str(alone),
+        timeout=1200,
+    )
+    assert reference.returncode == 0, reference.stdout[-2000:] + reference.stderr[-2000:]
+    assert_same_run(after_loss, alone)
+
+    # 5. Down, and nothing left on any host.
+    cluster.tunnel.kill()
+    cluster.tunnel.wait(timeout=30)
+    cluster.tunnel = None
+    started = time.monotonic()
+    down = launcher(cluster, "down")
+    figures["down_s"] = round(time.monotonic() - started, 1)
+    assert down.returncode == 0, f"`ray down` failed:\n{tail(cluster.log)}"
+    left = {host.name: host.containers() for host in lan.hosts if host.containers()}
+    assert not left, f"`ray down` left containers: {left}"
+
+    print(
+        "local_cluster nodes=3 "
+        + " ".join(f"{k}={v}" for k, v in figures.items())
+        + f" episodes_by_node={done['episodes_by_node']} blas_threads=1 bitwise_equal=true"
+        + f" lost_job_updates={last} lost_job_episodes_by_node={done_lost['episodes_by_node']}"
+    )
