@@ -347,7 +347,9 @@ def test_ray_up_launches_two_workers_that_train_and_one_comes_back(cluster, lan,
     assert sorted(addresses[a] for a in nodes.values()) == HOSTS, nodes
     assert all(CONTAINER in host.containers() for host in lan.hosts)
     # Each host's image build: the head's in `ray up`'s output, the workers' in its autoscaler's log.
-    monitor = head_exec(cluster, "cat /tmp/ray/session_latest/logs/monitor.log")
+    monitor = head_exec(
+        cluster, "cat /tmp/ray/session_latest/logs/monitor.out /tmp/ray/session_latest/logs/monitor.log"
+    )
     built = re.findall(r"build-image: built image=\S+ base=\S+ mode=\S+ seconds=(\d+)", clear(tail(cluster.log, 10**6)))
     images = {"head": int(built[0]) if built else None}
     for host in lan.hosts[1:]:

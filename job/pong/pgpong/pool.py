@@ -92,7 +92,6 @@ class RolloutPool:
         self.fresh = set(self.probes.values())  # actors never heard from yet: `joined` when they answer
         self.episodes_by_node = collections.Counter()  # episodes of the updates played, and the one in flight
         self.sums_received = 0  # gradient sums the driver added, over all updates: one per node and update
-        self.nodes_seen = {n["NodeID"] for n in ray.nodes() if n["Alive"]}  # at the last follow_cluster
 
     def wait_to_start(self, probes, wait_s, check_stop):
         """The probes of the actors that answered: all of them, or for a pool that follows the
@@ -139,12 +138,11 @@ class RolloutPool:
         """Between updates: drop the actors of nodes that left, then add actors for the cluster's CPUs
         that have none, up to limit. A new actor plays once it answers (a `joined` line)."""
         alive = {n["NodeID"]: n["Resources"].get("CPU", 0) for n in ray.nodes() if n["Alive"]}
-        left, self.nodes_seen = self.nodes_seen - set(alive), set(alive)
+        # An actor not yet heard from has no node here. If its node left before it answered, Ray starts
+        # it again (max_restarts) on the next free CPU, where it answers as `joined`: counting it as
+        # live holds a place that it fills, not one it blocks (tests/test_follow.py).
         for i in self.live():
-            if i in self.node:
-                if self.node[i] not in alive:
-                    self.drop(i)
-            elif left and i in self.fresh:  # never heard from, so its node is unknown: perhaps one that left
+            if i in self.node and self.node[i] not in alive:
                 self.drop(i)
         cpus = int(sum(alive.values()))
         grow = min(self.limit, cpus) - len(self.live())
@@ -158,9 +156,8 @@ class RolloutPool:
         self.out(kv("growing", added=grow, actors=len(self.live()), cluster_cpus=cpus, limit=self.limit))
 
     def drop(self, i):
-        """Actor i's node left the cluster, or a node left before actor i first answered (node=unknown):
-        end the actor (Ray would wait to restart it until a CPU frees, holding its place) and forget it."""
-        node = self.node.pop(i, "unknown")
+        """Actor i's node left the cluster: end the actor (Ray would wait to restart it) and forget it."""
+        node = self.node.pop(i)
         ray.kill(self.actors[i], no_restart=True)
         self.actors[i] = None
         self.healthy.discard(i)
