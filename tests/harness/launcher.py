@@ -13,8 +13,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from ray.autoscaler.sdk import get_docker_host_mount_location
-
 
 def children_of():
     """{pid: [child pids]} over the live (non-zombie) processes."""
@@ -87,6 +85,8 @@ def close_ray_ssh_connections(cluster_name):
 
 def launcher_files(cluster_name):
     """What Ray's launcher writes on this machine for a `ray up` of cluster_name."""
+    from ray.autoscaler.sdk import get_docker_host_mount_location
+
     # `ray up` runs with clean_env(): no RAY_TMPDIR, so Ray's temp dir follows TMPDIR.
     ray_tmp = Path(os.environ.get("TMPDIR") or "/tmp") / "ray"
     host_copy = Path(get_docker_host_mount_location(cluster_name))
