@@ -1,7 +1,7 @@
 """Hosts of their own on this machine, for `ray up` of a head and workers: each test host is a network
 namespace (its own address, its own sshd on port 22) and a mount namespace (its own /tmp, /run,
-/var/lib/docker, /etc/hosts and resolv.conf, so its own Docker engine), the way Ray's local
-provider sees a LAN of machines.
+/var/lib/docker, /etc/hosts, resolv.conf and root's home, so its own Docker engine and login), the
+way Ray's local provider sees a LAN of machines.
 
     lan = Lan(["head", "worker1", "worker2"], login_key_pub, image_cache)   # then lan.start()
     lan.hosts[0].address                  # 10.213.0.11, reachable from the lan and the other hosts
@@ -66,6 +66,7 @@ mkdir -p /run/sshd /var/lib/docker
 # The engine's data in memory: it goes with the host, in no time (an image is about 1.3 GB).
 mount -t tmpfs -o size={docker_gb}g,mode=0710 pong-{name}-docker /var/lib/docker
 mount --bind {folder}/hosts /etc/hosts
+mount --bind {folder}/home {home}
 mount --bind {folder}/resolv.conf /etc/resolv.conf
 dockerd --host unix:///run/docker.sock >{folder}/dockerd.log 2>&1 &
 exec {sshd} -D -e -f {folder}/sshd_config
@@ -169,6 +170,9 @@ class Lan:
         ip("-n", host.netns, "link", "set", "eth0", "up")
         ip("-n", host.netns, "route", "add", "default", "via", LAPTOP_ADDRESS)
         folder = host.folder
+        # A home of its own, as fresh as a new machine's: this machine's root login may run tools
+        # (pyenv) that write to its home, and hosts logged into at once would share those writes.
+        shutil.copytree("/etc/skel", folder / "home")
         for sub in ("tmp", "run"):
             (folder / sub).mkdir(parents=True)
         (folder / "tmp").chmod(0o1777)
@@ -188,7 +192,13 @@ class Lan:
         # The cache is bound onto its mount point inside the host's /tmp folder first, and that folder
         # onto /tmp with its submounts: so a repository that lives under /tmp stays reachable.
         script = HOST_INIT.format(
-            name=host.name, folder=folder, image_cache=self.image_cache, inside=inside, sshd=SSHD, docker_gb=DOCKER_GB
+            name=host.name,
+            folder=folder,
+            image_cache=self.image_cache,
+            inside=inside,
+            sshd=SSHD,
+            docker_gb=DOCKER_GB,
+            home=Path.home(),
         )
         host.log = open(folder / "sshd.log", "w")
         host.process = subprocess.Popen(
