@@ -266,7 +266,7 @@ capacity: $(INSTALLED) ## Show the CPUs the cluster's autoscaler is asked for (a
 	@$(JOBS_API) capacity
 
 .PHONY: release
-release: $(INSTALLED) ## Withdraw that request, as a driver killed before its end never did; frees the workers
+release: $(INSTALLED) ## Withdraw that request (a killed trainer's stays): idle workers may then leave
 	@$(JOBS_API) release
 
 ##@ Without a cluster
