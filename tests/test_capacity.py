@@ -106,6 +106,11 @@ def test_a_killed_trainers_request_stays_until_make_release_withdraws_it(head, t
     killed = killed_mid_run(head, tmp_path / "run", batch_size=4)
     assert shown_request(head, after=killed + 10) == " {'CPU': 1}: 4 from request_resources()"  # its finally never ran
 
+    shown = run(["make", "capacity"], head.client_env(), timeout=300)
+    assert shown.returncode == 0 and shown.stdout.splitlines() == ["capacity cpus_requested=4"], (
+        shown.stdout + shown.stderr
+    )
+
     released = run(["make", "release"], head.client_env(), timeout=300)
     assert released.returncode == 0, released.stdout + released.stderr
     assert released.stdout.splitlines() == ["release cpus_requested_before=4 cpus_requested=0"], released.stdout
