@@ -87,7 +87,7 @@ LAUNCH = $(if $(filter-out 0,$(SPOT))$(MIN_WORKERS),$(VARIANT_DIR)/$(basename $(
 # How every tool target runs its tool, $(PONGTOOLS).<tool>: a module of the tools package job/tools/pongtools
 # (never shipped), which imports the job's package pgpong (job/pong).
 PONGTOOLS = PYTHONPATH=job/pong:job/tools python -m pongtools
-# How logs, status, list and stop-job talk to the cluster's Jobs API: job/jobs.py, which says each
+# How logs, status, list, stop-job, capacity and release talk to the cluster's Jobs API: job/jobs.py, which says each
 # mistake (no cluster, the token, an unknown ID) in one line where Ray's CLI prints a traceback.
 JOBS_API = RAY_ADDRESS=$(RAY_ADDRESS) LAST_JOB_FILE=$(LAST_JOB_FILE) python job/jobs.py
 
@@ -260,6 +260,14 @@ list: $(INSTALLED) ## List every job the cluster knows
 .PHONY: stop-job
 stop-job: $(INSTALLED) ## Stop the latest submission (or ID=...)
 	@$(need-id); $(JOBS_API) stop-job $(ID)
+
+.PHONY: capacity
+capacity: $(INSTALLED) ## Show the CPUs the cluster's autoscaler is asked for (a run's request_resources)
+	@$(JOBS_API) capacity
+
+.PHONY: release
+release: $(INSTALLED) ## Withdraw that request (a killed trainer's stays): idle workers may then leave
+	@$(JOBS_API) release
 
 ##@ Without a cluster
 

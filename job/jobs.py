@@ -4,12 +4,16 @@
     make status     .venv/bin/python job/jobs.py status ID
     make list       .venv/bin/python job/jobs.py list
     make stop-job   .venv/bin/python job/jobs.py stop-job ID   # SIGTERM (the trainer saves), then wait for the end
+    make capacity   .venv/bin/python job/jobs.py capacity      # the CPUs the autoscaler is asked for
+    make release    .venv/bin/python job/jobs.py release       # withdraw that request (a killed driver's)
 
 Ray's own CLI does the same (`ray job logs --follow ID`, `ray job status ID`, `ray list jobs`,
 `ray job stop ID`, with RAY_AUTH_MODE=token exported). This adds one line, and exit 1, in
 place of Ray's traceback for each mistake: no cluster at RAY_ADDRESS, a token that is missing
 or not the cluster's, another Ray version (the checks of submit.py's connect) and a job id the
-cluster does not know. A job is shown as one line, `job id=... status=... start=... end=...
+cluster does not know. `capacity` and `release` run `python -m pgpong.capacity show|release` as a small
+job (it needs no CPU), since from here only the dashboard may be reachable: its one line is theirs.
+A job is shown as one line, `job id=... status=... start=... end=...
 entrypoint="..."`, in the key=value form of every log line (pgpong/logline.py).
 """
 
@@ -20,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from submit import REPO, UserError, connect, dashboard_address, follow
+from submit import REPO, UserError, connect, dashboard_address, follow, runtime_env, submission_id
 
 sys.path.insert(0, str(REPO / "job" / "pong"))  # pgpong's cli and logline: one-line errors, key=value lines
 from pgpong.cli import Parser  # noqa: E402
@@ -100,20 +104,55 @@ def stop_job(cluster, job_id):
     print(job_line(cluster.info(job_id)))
 
 
+def on_cluster(cluster, command):
+    """`python -m pgpong.capacity <command>` as a job on the cluster; prints its one line (Ray's own lines
+    about the runtime env and the entrypoint left out), or its logs and one line if it failed."""
+    entrypoint = f"python -m pgpong.capacity {command}"
+    env = runtime_env("pong")
+    logging.getLogger("ray.dashboard.modules.dashboard_sdk").setLevel(logging.WARNING)  # not "Uploading package"
+    job_id = cluster.ask(
+        lambda: cluster.client.submit_job(entrypoint=entrypoint, submission_id=submission_id(command), runtime_env=env)
+    )
+    while not (status := cluster.ask(lambda: cluster.client.get_job_status(job_id), job_id)).is_terminal():
+        time.sleep(1)
+    lines = cluster.ask(lambda: cluster.client.get_job_logs(job_id), job_id).splitlines()
+    if status.value != "SUCCEEDED":
+        print("\n".join(lines[-20:]), file=sys.stderr)
+        raise UserError(f"the job {job_id} that runs `{entrypoint}` ended {status.value}; its logs are above")
+    print(lines[-1])
+
+
+def capacity(cluster, job_id=None):
+    on_cluster(cluster, "show")
+
+
+def release(cluster, job_id=None):
+    on_cluster(cluster, "release")
+
+
 INTERRUPTED = {
     "logs": "the job runs on (`make stop-job` stops it)",
     "stop-job": "the job was asked to stop and may still be saving (`make status` tells when it has ended)",
+    "release": "the release may have been sent (`make capacity` shows the request)",
 }
-COMMANDS = {"logs": logs, "status": status, "list": list_jobs, "stop-job": stop_job}
+COMMANDS = {
+    "logs": logs,
+    "status": status,
+    "list": list_jobs,
+    "stop-job": stop_job,
+    "capacity": capacity,
+    "release": release,
+}
+WITHOUT_ID = {"list", "capacity", "release"}
 
 
 def main(argv=None):
     parser = Parser(prog="jobs", description="The jobs on the Ray cluster at RAY_ADDRESS.")
     parser.add_argument("command", choices=COMMANDS)
-    parser.add_argument("id", nargs="?", metavar="ID", help="a submission id (all but list)")
+    parser.add_argument("id", nargs="?", metavar="ID", help="a submission id (logs, status, stop-job)")
     args = parser.parse_args(argv)
-    if (args.id is None) != (args.command == "list"):
-        parser.error(f"{args.command} takes {'no ID' if args.command == 'list' else 'one ID'}")
+    if (args.id is None) != (args.command in WITHOUT_ID):
+        parser.error(f"{args.command} takes {'no ID' if args.command in WITHOUT_ID else 'one ID'}")
     last_job_file = Path(os.environ.get("LAST_JOB_FILE") or REPO / ".last-job")
     try:
         COMMANDS[args.command](Cluster(dashboard_address(), last_job_file), args.id)

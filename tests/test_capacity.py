@@ -1,16 +1,23 @@
 """pgpong/capacity.py on a real Ray head (the suite's, which has no autoscaler): the request lands
 where Ray's autoscaler reads it, a release withdraws it, and neither fails nor changes the cluster;
 the trainer asks for its batch size in CPUs while it trains and withdraws the request when it ends.
+On a head of their own, with its dashboard: a trainer SIGKILLed mid-run (its `finally` never runs) leaves
+its request as the autoscaler shows it (`ray status`), `make release` withdraws it, and a trainer that
+starts replaces it with its own.
 
 What an autoscaling cluster then does with a request (start nodes) needs a cloud: not run here.
 """
 
 import json
+import re
 import signal
+import time
+from datetime import datetime
 
 import pytest
-from harness.cluster import ray_head
-from harness.runs import start_trainer, wait_for_line
+from harness import RAY, run
+from harness.cluster import ray_head, two_node_cluster
+from harness.runs import start_trainer, start_trainer_on, stopped_after_line, wait_for_line
 
 
 def autoscaler_request():
@@ -56,3 +63,63 @@ def test_the_trainer_asks_for_its_batch_size_in_cpus_and_releases_them_when_stop
     assert during == [{"CPU": 1}] * 3  # one CPU per actor it could use: the batch size
     assert trainer.returncode == 0 and "done stopped=SIGTERM" in out, out[-3000:]
     assert autoscaler_request() == []
+
+
+# -- a request left by a killed driver, on a head of the test's own -------------------------------------
+
+
+@pytest.fixture(scope="module")
+def head():
+    """A one-node cluster (1 CPU, token auth, a dashboard for `make release`): no other test's trainer
+    replaces a request on it."""
+    with two_node_cluster(second_node=False) as cluster:
+        yield cluster
+
+
+def shown_request(cluster, after):
+    """What `ray status` shows under "From request_resources:", from a status the autoscaler's monitor
+    wrote after the time `after` (it reads the request every 5 s): " {'CPU': 1}: 4 from request_resources()",
+    or " (none)"."""
+    deadline = time.monotonic() + 60
+    while True:
+        out = run([RAY, "status", "--address", cluster.gcs_address], cluster.client_env(), timeout=60).stdout
+        written = re.search(r"Autoscaler status: (\S+ \S+) ", out)
+        if written and datetime.fromisoformat(written[1]).timestamp() > after:
+            return out.split("From request_resources:\n")[1].split("\nPending Demands:")[0]
+        assert time.monotonic() < deadline, f"no status written after {after} in 60 s:\n{out[-2000:]}"
+        time.sleep(1)
+
+
+def killed_mid_run(cluster, run_dir, batch_size):
+    """A trainer on cluster, SIGKILLed after its first update, as the OOM killer or `kill -9` would;
+    returns the time of the kill."""
+    trainer = start_trainer_on(cluster, "--batch-size", str(batch_size), "--updates", "0", "--run-dir", str(run_dir))
+    try:
+        wait_for_line(trainer, "update=")
+    finally:
+        trainer.kill()
+        trainer.wait()
+    return time.time()
+
+
+def test_a_killed_trainers_request_stays_until_make_release_withdraws_it(head, tmp_path):
+    killed = killed_mid_run(head, tmp_path / "run", batch_size=4)
+    assert shown_request(head, after=killed + 10) == " {'CPU': 1}: 4 from request_resources()"  # its finally never ran
+
+    shown = run(["make", "capacity"], head.client_env(), timeout=300)
+    assert shown.returncode == 0 and shown.stdout.splitlines() == ["capacity cpus_requested=4"], (
+        shown.stdout + shown.stderr
+    )
+
+    released = run(["make", "release"], head.client_env(), timeout=300)
+    assert released.returncode == 0, released.stdout + released.stderr
+    assert released.stdout.splitlines() == ["release cpus_requested_before=4 cpus_requested=0"], released.stdout
+    assert shown_request(head, after=time.time()) == " (none)"
+
+
+def test_a_trainer_that_starts_replaces_a_killed_trainers_request(head, tmp_path):
+    killed_mid_run(head, tmp_path / "killed", batch_size=4)
+    trainer = start_trainer_on(head, "--batch-size", "2", "--updates", "0", "--run-dir", str(tmp_path / "run"))
+    seen = []
+    out = stopped_after_line(trainer, "start ", then=lambda read: seen.append(shown_request(head, after=time.time())))
+    assert seen == [" {'CPU': 1}: 2 from request_resources()"], out[-3000:]  # its own, not the killed one's 4

@@ -1,11 +1,12 @@
-"""The job targets, `make submit`, `logs`, `status`, `list` and `stop-job`, on a real cluster with
+"""The job targets, `make submit`, `logs`, `status`, `list` and `stop-job` (and, for their mistakes,
+`capacity` and `release`, which run as a small job: tests/test_capacity.py), on a real cluster with
 token auth: each mistake a user makes with them is one line, a non-zero exit and no traceback, and
 on success they show what the cluster knows (the job's own lines, its status, every job).
 
 The mistakes: a token that is not the cluster's, no token, no cluster at RAY_ADDRESS (with a token,
 and without one), and a job the cluster does not know: an ID left in .last-job by a submission to
-another cluster, and for `make submit` a JOB that is not under job/. `make list` names no job, so it
-has no unknown one.
+another cluster, and for `make submit` a JOB that is not under job/. `make list`, `capacity` and
+`release` name no job, so they have no unknown one.
 """
 
 import re
@@ -17,9 +18,9 @@ from harness import run
 MISTAKES = ["wrong token", "no token", "no cluster", "no cluster, no token", "unknown job"]
 CASES = [
     (target, mistake)
-    for target in ("submit", "logs", "status", "list", "stop-job")
+    for target in ("submit", "logs", "status", "list", "stop-job", "capacity", "release")
     for mistake in MISTAKES
-    if (target, mistake) != ("list", "unknown job")
+    if not (target in ("list", "capacity", "release") and mistake == "unknown job")
 ]
 ELSEWHERE = "pong-20250101-120000-0a0b0c"  # a submission id this cluster never saw
 

@@ -62,16 +62,20 @@ def run_trainer(args, env, timeout=600):
     )
 
 
-def train_on(cluster, *args, timeout=600):
-    """`python -m pgpong.train ARGS`, its driver here, joined to one of the test's clusters."""
-    env = clean_env(
+def driver_env(cluster):
+    """The environment of a trainer whose driver runs here, joined to one of the test's clusters."""
+    return clean_env(
         RAY_ADDRESS=cluster.gcs_address,
         RAY_AUTH_MODE="token",
         RAY_AUTH_TOKEN_PATH=str(cluster.token_path),
         PYTHONUNBUFFERED="1",
         **THREADS,
     )
-    return run_trainer(args, env, timeout)
+
+
+def train_on(cluster, *args, timeout=600):
+    """`python -m pgpong.train ARGS`, its driver here, joined to one of the test's clusters."""
+    return run_trainer(args, driver_env(cluster), timeout)
 
 
 def train_locally(*args, timeout=600, **extra_env):
@@ -82,10 +86,19 @@ def train_locally(*args, timeout=600, **extra_env):
 def start_trainer(*args, **extra_env):
     """`python -m pgpong.train ARGS` in the background on the suite's head (trainer_env): a Popen whose
     output (stderr joined to stdout) a test reads line by line (wait_for_line), then communicate()s."""
+    return popen_trainer(args, trainer_env(**extra_env))
+
+
+def start_trainer_on(cluster, *args):
+    """start_trainer, its driver here joined to one of the test's clusters (as train_on)."""
+    return popen_trainer(args, driver_env(cluster))
+
+
+def popen_trainer(args, env):
     return subprocess.Popen(
         [sys.executable, "-m", "pgpong.train", *args],
         cwd=JOB_DIR,
-        env=trainer_env(**extra_env),
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
