@@ -15,7 +15,7 @@ from harness import JOB_DIR, REPO, TOOLS_DIR, clean_env, fields, only, run
 from harness.runs import train_locally
 from pgpong import config, train
 from pgpong.run import Run
-from pongtools.plan import calibration, inputs, milestones, model, report
+from pongtools.plan import calibration, endtoend, inputs, milestones, model, report
 
 # What `python -m pongtools.plan calibrate` measured here: a batch-10 and a batch-300 run of the
 # trainer, and beside them, the whole time, a probe process playing episodes (its rate).
@@ -568,3 +568,95 @@ def test_the_committed_batch_300_run_measured_all_three_milestones(tmp_path):
         ("running_reward_2", "45", "measured"),
         ("play_criterion", "40", "measured"),
     ]
+
+
+# -- from `make up` to `make down`: the bring-up, the training and the teardown ------------------
+
+PARTS = ("boot", "docker", "image", "ray_start", "workers", "train", "down")
+
+
+def end_to_end_of(stdout):
+    """The end_to_end line's fields, in the order printed, and the end_to_end_part lines'."""
+    [line] = [ln for ln in stdout.splitlines() if ln.startswith("end_to_end ")]
+    return (
+        fields(line),
+        list(fields(line)),
+        [fields(ln) for ln in stdout.splitlines() if ln.startswith("end_to_end_part ")],
+    )
+
+
+def test_make_plan_prints_the_hours_and_dollars_from_make_up_to_make_down():
+    """`make plan NODES=11 CPUS=18 BATCH=300`: each part's seconds and kind in the launcher's order, the
+    training's seconds those of the play criterion's milestone, then hours and dollars: the head bills
+    throughout, the 10 workers from their launch, after the head's parts, to `make down`."""
+    with open(REPO / "infra" / "prices.yaml") as f:
+        usd = yaml.safe_load(f)["usd_per_hour"]["us-west-2"]["c5.9xlarge"]
+    planned = run(["make", "plan", "NODES=11", "CPUS=18", "BATCH=300"], clean_env(), timeout=120)
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    line, keys, _ = end_to_end_of(planned.stdout)
+    seconds = {p: float(line[f"{p}_s"]) for p in PARTS}
+    assert [k for k in keys if k in {f"{p}_s" for p in PARTS}] == [f"{p}_s" for p in PARTS]
+    assert all(line[f"{p}_kind"] in ("measured", "sourced", "assumed") for p in PARTS if p != "train")
+    assert line["train_kind"] == "projected" and all(seconds[p] > 0 for p in PARTS)
+    [play] = [fields(ln) for ln in planned.stdout.splitlines() if "milestone name=play_criterion" in ln]
+    assert seconds["train"] == pytest.approx(float(play["hours"]) * 3600, rel=1e-3)
+    assert line["train_updates"] == play["updates"] == "40"
+    total = sum(seconds.values())
+    assert float(line["hours"]) == pytest.approx(total / 3600, rel=1e-3)
+    workers_s = seconds["workers"] + seconds["train"] + seconds["down"]
+    assert float(line["dollars"]) == pytest.approx((total + 10 * workers_s) * usd / 3600, rel=1e-3)
+    assert float(line["dollars"]) > float(play["dollars"])  # the bring-up costs on top of the training
+
+
+def test_the_workers_come_up_once_after_the_head_whatever_their_number(tmp_path):
+    """The autoscaler launches every worker once the head is set up, all at once: their bring-up (one
+    worker's boot, Docker, image and join) adds to the head's parts once, for 2 workers as for 10; the
+    head alone has none. With spot workers only their hours are priced at spot."""
+    parts = endtoend.load()
+    one_worker = sum(parts[p]["seconds"] for p in endtoend.WORKER)
+    head = sum(parts[p]["seconds"] for p in endtoend.HEAD)
+    down = parts["down"]["seconds"]
+    spot = ("--spot-usd-per-node-hour", "0.58", "--interruptions-per-node-hour", "0")
+    for nodes in (1, 3, 11):
+        made = run_plan(
+            "project", "--nodes", str(nodes), "--cpus", "18", "--batch-size", "300", "--samples", "20", *spot
+        )
+        assert made.returncode == 0, made.stderr
+        line, keys, _ = end_to_end_of(made.stdout)
+        workers, train = float(line["workers_s"]), float(line["train_s"])
+        assert keys.index("workers_s") > keys.index("ray_start_s") and keys.index("workers_s") < keys.index("train_s")
+        assert workers == pytest.approx(one_worker if nodes > 1 else 0.0)
+        assert line["workers_kind"] == ("assumed" if nodes > 1 else "none")  # its weakest part's kind
+        hours = float(line["hours"])
+        assert hours * 3600 == pytest.approx(head + workers + train + down, rel=1e-3)
+        on_demand = float(line["usd_per_node_hour"])
+        if nodes == 1:  # the head alone, on demand: no worker to put on spot
+            assert "dollars_spot" not in line
+            continue
+        billed = (hours * 3600 * on_demand + (nodes - 1) * (workers + train + down) * 0.58) / 3600
+        assert float(line["dollars_spot"]) == pytest.approx(billed, rel=1e-3)
+
+
+def test_every_part_names_its_command_source_or_basis(tmp_path):
+    """Each figure of the end-to-end inputs says where it comes from: a measured one its command, a
+    sourced one its source (an address to read), an assumed one its basis; inputs that do not are
+    refused in one line."""
+    planned = run_plan("project", "--nodes", "11", "--cpus", "18", "--batch-size", "300", "--samples", "5")
+    assert planned.returncode == 0, planned.stderr
+    _, _, part_lines = end_to_end_of(planned.stdout)
+    assert {p["part"] for p in part_lines} == {*endtoend.HEAD, *endtoend.WORKER, "down"}
+    why = {"measured": "command", "sourced": "source", "assumed": "basis"}
+    for p in part_lines:
+        assert p[why[p["kind"]]], p
+        if p["kind"] == "sourced":
+            assert "http" in p["source"], p
+        if p["kind"] == "measured":
+            assert "make test-docker" in p["command"], p
+    assert {p["kind"] for p in part_lines} >= {"sourced", "measured", "assumed"}
+    found = json.loads(pathlib.Path(endtoend.INPUTS).read_text())
+    del found["parts"]["boot"]["source"]
+    copy = tmp_path / "end_to_end_inputs.json"
+    copy.write_text(json.dumps(found))
+    refused = run_plan("project", "--end-to-end-inputs", str(copy))
+    assert refused.returncode == 2 and "part 'boot' is sourced and names no source" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and refused.stdout == ""

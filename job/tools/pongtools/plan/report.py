@@ -6,7 +6,7 @@ import dataclasses
 import yaml
 from pgpong.logline import kv
 
-from . import PlanError, model
+from . import PlanError, endtoend, model
 
 
 @dataclasses.dataclass
@@ -283,5 +283,55 @@ def milestone(name, batch_size, readings, dollars_per_hour, out=print, sp=None, 
                 **({"at_least_updates": r["at_least"]} if "at_least" in r else {}),
                 from_batch_size=r["from_batch_size"],
                 run=r["run"],
+            )
+        )
+
+
+def end_to_end(line, parts, workers, price, reading, seeds, out=print, sp=None):
+    """The end_to_end line, from `make up` to `make down` (endtoend.timeline's parts in order, each
+    `<part>_s=` and `<part>_kind=`), its hours and dollars on demand and, given a spot price, with the
+    workers at it; then one end_to_end_part line per input, with its command, source or basis."""
+    figures = {}
+    for name, (seconds, kind) in line.items():
+        figures |= {f"{name}_s": float(seconds), f"{name}_kind": kind}
+        if name == "workers":
+            figures |= {"workers": workers, "workers_join_s": float(parts["worker_join"]["seconds"])}
+        if name == "train":
+            figures |= {"train_updates": reading["updates"], "train_updates_kind": reading["kind"], "seeds": seeds}
+    hours, dollars = endtoend.cost(line, workers, price.usd_per_node_hour, price.usd_per_node_hour)
+    on_spot = {}
+    if sp is not None and sp.usd_per_node_hour is not None:
+        train_h = model.spot_hours(
+            line["train"][0] / 3600, sp.interruptions_per_node_hour, sp.workers, sp.seconds_per_interruption
+        )
+        if train_h is None:
+            on_spot = {"hours_spot": "never"}
+        else:
+            spot_line = line | {"train": (train_h * 3600, line["train"][1])}
+            h, d = endtoend.cost(spot_line, workers, price.usd_per_node_hour, sp.usd_per_node_hour)
+            on_spot = {"hours_spot": h, "dollars_spot": d, "spot_usd_per_node_hour": sp.usd_per_node_hour}
+    out(
+        kv(
+            "end_to_end",
+            **figures,
+            hours=hours,
+            dollars=dollars,
+            usd_per_node_hour=price.usd_per_node_hour,
+            **on_spot,
+            order="head_then_workers_in_parallel",
+        )
+    )
+    for name in (*endtoend.HEAD, "worker_join", "down"):
+        p = parts[name]
+        why = endtoend.WHY[p["kind"]]
+        out(
+            kv(
+                "end_to_end_part",
+                part=name,
+                seconds=float(p["seconds"]),
+                kind=p["kind"],
+                what=p["what"],
+                **{why: p[why]},
+                **({"caveat": p["caveat"]} if p.get("caveat") else {}),
             )
         )
