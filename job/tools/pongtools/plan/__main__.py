@@ -139,7 +139,7 @@ def project(a):
         readings = milestones.updates_to(found.get("milestones", {}), a.batch_size, name)
         for r in readings:  # same updates: played as the other batch size's run played after as many
             per = r["from_batch_size"] if r["kind"] == "assumed_same_updates" else a.batch_size
-            r["seconds"] = model.seconds_for_updates(stages, per, r["updates"])
+            r["seconds"] = [model.seconds_for_updates(stages, per, u) for u in r["updates"]]
         dollars_per_hour = result["nodes"] * price.usd_per_node_hour
         report.milestone(
             name, a.batch_size, readings, dollars_per_hour, sp=sp, head_usd_per_node_hour=price.usd_per_node_hour
@@ -152,9 +152,9 @@ def end_to_end(a, parts, readings, price, sp):
     """The end_to_end line of each reading of the updates to the play criterion: `make up` to `make down`."""
     if not readings:
         print(kv("end_to_end", train_s="unknown", hours="unknown", reason="no_run_reached_the_play_criterion"))
-    for r in readings:
-        line = endtoend.timeline(parts, a.nodes - 1, r["seconds"])
-        report.end_to_end(line, parts, a.nodes - 1, price, r, r.get("seeds", "unknown"), sp=sp)
+    for r in readings:  # the training of the seed that needed the most updates
+        line = endtoend.timeline(parts, a.nodes - 1, max(r["seconds"]))
+        report.end_to_end(line, parts, a.nodes - 1, price, r, sp=sp)
 
 
 def spot_workers(a, found, result, stages, args, known):
@@ -188,11 +188,12 @@ def rebuild(a):
     built = inputs.build_inputs(a.inputs, a.run, a.calibration, a.milestones, a.play_update, a.play_source, a.bench)
     if a.bench:
         print(kv("core", **{k: v for k, v in built["core"].items() if k != "bench"}))
-    for batch, found in sorted(built.get("milestones", {}).items(), key=lambda item: int(item[0])):
-        reached = {n: (found[n] or {}).get("update", "not_yet") for n in milestones.NAMES}
-        print(
-            kv("milestones", batch_size=batch, measured_to=found["measured_to"]["update"], run=found["run"], **reached)
-        )
+    for batch, runs in sorted(built.get("milestones", {}).items(), key=lambda item: int(item[0])):
+        for found in runs:
+            reached = {n: (found[n] or {}).get("update", "not_yet") for n in milestones.NAMES}
+            measured_to = found["measured_to"]["update"]
+            seed = milestones.seed_of(found)
+            print(kv("milestones", batch_size=batch, seed=seed, measured_to=measured_to, run=found["run"], **reached))
     if not a.run and not a.calibration:
         return
     ln = built["learning"]
