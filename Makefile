@@ -283,7 +283,7 @@ bench: $(INSTALLED) ## Benchmark the trainer against the bare emulator and the t
 ##@ Plan a cluster run (a model from figures measured here; no Ray needed)
 
 .PHONY: plan
-plan: $(INSTALLED) ## Project NODES x CPUS at BATCH: seconds per update, episodes and $ an hour, hours and $ to a win
+plan: $(INSTALLED) ## Project NODES x CPUS at BATCH: seconds per update, $ an hour, hours and $ to a win and from up to down
 	@$(PONGTOOLS).plan project --nodes $(NODES) --cpus $(CPUS) --batch-size $(BATCH) --cluster $(CLUSTER) $(ARGS)
 
 .PHONY: plan-inputs

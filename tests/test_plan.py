@@ -15,7 +15,7 @@ from harness import JOB_DIR, REPO, TOOLS_DIR, clean_env, fields, only, run
 from harness.runs import train_locally
 from pgpong import config, train
 from pgpong.run import Run
-from pongtools.plan import calibration, inputs, milestones, model, report
+from pongtools.plan import calibration, endtoend, inputs, milestones, model, report
 
 # What `python -m pongtools.plan calibrate` measured here: a batch-10 and a batch-300 run of the
 # trainer, and beside them, the whole time, a probe process playing episodes (its rate).
@@ -422,7 +422,7 @@ def test_milestones_of_the_batch_50_run_are_its_metrics(tmp_path):
     args = f"--inputs {copy} --play-update 195 --play-source results.md"
     made = run(["make", "plan-inputs", f"MILESTONES={SHIPPED_RUN}", f"ARGS={args}"], clean_env(), timeout=120)
     assert made.returncode == 0, made.stdout + made.stderr
-    found = json.loads(copy.read_text())["milestones"]["50"]
+    [found] = json.loads(copy.read_text())["milestones"]["50"]
     zero, two, play = (found[n] for n in milestones.NAMES)
     assert (zero["update"], zero["episodes"], round(zero["env_steps"] / 1e6, 1)) == (127, 6350, 36.2)
     assert two["update"] == 194 and play == {**two, "update": 195, "episodes": 9750, "env_steps": play["env_steps"]} | {
@@ -438,20 +438,22 @@ def reached(update, batch):
 
 
 def test_a_milestone_is_measured_where_a_run_reached_it_and_assumed_elsewhere():
-    b50 = {"run": "b50", "measured_to": reached(383, 50), "running_reward_0": reached(127, 50)}
-    b300 = {"run": "b300", "measured_to": reached(20, 300), "running_reward_0": None}
-    found = milestones.updates_to({"50": b50, "300": b300}, 300, "running_reward_0")
+    seed0 = {"config": {"seed": 0}}
+    b50 = seed0 | {"run": "b50", "measured_to": reached(383, 50), "running_reward_0": reached(127, 50)}
+    b300 = seed0 | {"run": "b300", "measured_to": reached(20, 300), "running_reward_0": None}
+    found = milestones.updates_to({"50": [b50], "300": [b300]}, 300, "running_reward_0")
     # not reached in 20 updates: batch 50's episodes (6,350 = 22 updates of 300) or its 127 updates
-    assert [(r["kind"], r["updates"], r["at_least"]) for r in found] == [
-        ("assumed_same_episodes", 22, 21),
-        ("assumed_same_updates", 127, 21),
+    assert [(r["kind"], r["updates"], r["at_least"], r["seeds"]) for r in found] == [
+        ("assumed_same_episodes", [22], 21, [0]),
+        ("assumed_same_updates", [127], 21, [0]),
     ]
     b300["measured_to"] = reached(40, 300)  # went past 22 updates without reaching it: no fewer than 41
-    assert [r["updates"] for r in milestones.updates_to({"50": b50, "300": b300}, 300, "running_reward_0")] == [41, 127]
+    readings = milestones.updates_to({"50": [b50], "300": [b300]}, 300, "running_reward_0")
+    assert [r["updates"] for r in readings] == [[41], [127]]
     b300["running_reward_0"] = reached(57, 300)
-    [measured] = milestones.updates_to({"50": b50, "300": b300}, 300, "running_reward_0")
-    assert (measured["kind"], measured["updates"], measured["run"]) == ("measured", 57, "b300")
-    assert milestones.updates_to({"50": b50, "300": b300}, 300, "play_criterion") == []
+    [measured] = milestones.updates_to({"50": [b50], "300": [b300]}, 300, "running_reward_0")
+    assert (measured["kind"], measured["updates"], measured["runs"]) == ("measured", [57], ["b300"])
+    assert milestones.updates_to({"50": [b50], "300": [b300]}, 300, "play_criterion") == []
 
 
 def test_plan_prints_a_measured_milestone_as_measured(tmp_path):
@@ -480,12 +482,13 @@ def test_the_hours_to_win_honour_what_a_run_of_this_batch_size_measured(tmp_path
     fewer than 41 in both readings; once it reached it at update 57, the hours to win are those
     57 updates', as its milestone line says, and nothing is assumed."""
     found = json.loads(pathlib.Path(inputs.INPUTS).read_text())
-    b300 = {"run": "b300", "config": {"batch_size": 300}, "measured_to": reached(40, 300), "running_reward_0": None}
+    b300 = {"run": "b300", "config": {"batch_size": 300, "seed": 0}, "measured_to": reached(40, 300)}
+    b300 |= {"running_reward_0": None}
     b300 |= {"running_reward_2": None, "play_criterion": None}
     copy = tmp_path / "plan_inputs.json"
 
     def plan(*spot):
-        copy.write_text(json.dumps(found | {"milestones": found["milestones"] | {"300": b300}}))
+        copy.write_text(json.dumps(found | {"milestones": found["milestones"] | {"300": [b300]}}))
         made = run_plan("project", "--nodes", "11", "--cpus", "18", "--batch-size", "300", "--inputs", str(copy), *spot)
         assert made.returncode == 0, made.stderr
         lines = {ln.split("=", 1)[0]: fields(ln) for ln in made.stdout.splitlines() if "=" in ln.split()[0]}
@@ -498,7 +501,7 @@ def test_the_hours_to_win_honour_what_a_run_of_this_batch_size_measured(tmp_path
     assert (win["hours_to_win"]["updates_to_win"], win["hours_to_win"]["at_least_updates"]) == ("41", "41")
     same = float(win["hours_to_win_if_same_updates"]["hours_to_win_if_same_updates"])
     assert float(win["dollars_to_win_spot_if_same_updates"]["hours_to_win_if_same_updates"]) == pytest.approx(same)
-    b50 = str(found["milestones"]["50"]["running_reward_0"]["update"])  # the batch-50 run's own, 110 updates
+    b50 = str(found["milestones"]["50"][0]["running_reward_0"]["update"])  # the batch-50 run's own, 110 updates
     assert win["hours_to_win_if_same_updates"]["updates_to_win"] == b50
     assert [m["updates"] for m in zero] == ["41", b50]
     assert float(win["hours_to_win"]["hours_to_win"]) == pytest.approx(float(zero[0]["hours"]), rel=1e-3)
@@ -522,7 +525,7 @@ def test_the_hours_to_win_at_a_batch_size_without_a_run_read_the_nearest_run_as_
     assert made.returncode == 0, made.stderr
     lines = {ln.split("=", 1)[0]: fields(ln) for ln in made.stdout.splitlines() if "=" in ln.split()[0]}
     zero = {m["kind"]: m for m in map(fields, made.stdout.splitlines()) if m.get("name") == "running_reward_0"}
-    b50 = json.loads(pathlib.Path(inputs.INPUTS).read_text())["milestones"]["50"]
+    [b50] = json.loads(pathlib.Path(inputs.INPUTS).read_text())["milestones"]["50"]
     episodes, same = zero["assumed_same_episodes"], zero["assumed_same_updates"]
     assert episodes["run"] == same["run"] == b50["run"]
     assert int(episodes["updates"]) == -(-b50["running_reward_0"]["episodes"] // 100)
@@ -546,7 +549,7 @@ def test_the_committed_batch_300_run_measured_all_three_milestones(tmp_path):
     args = f"--inputs {copy} --play-update 40 --play-source judged"
     made = run(["make", "plan-inputs", f"MILESTONES={run300}", f"ARGS={args}"], clean_env(), timeout=120)
     assert made.returncode == 0, made.stdout + made.stderr
-    found = json.loads(copy.read_text())["milestones"]["300"]
+    [found] = json.loads(copy.read_text())["milestones"]["300"]
     zero, two, play = (found[n] for n in milestones.NAMES)
     assert (zero["update"], zero["episodes"], round(zero["env_steps"] / 1e6, 1)) == (33, 9900, 46.4)
     assert (two["update"], two["episodes"], round(two["env_steps"] / 1e6, 1)) == (45, 13500, 72.8)
@@ -556,7 +559,7 @@ def test_the_committed_batch_300_run_measured_all_three_milestones(tmp_path):
         61.7,
         "judged",
     )
-    committed = json.loads(pathlib.Path(inputs.INPUTS).read_text())["milestones"]["300"]
+    [committed] = json.loads(pathlib.Path(inputs.INPUTS).read_text())["milestones"]["300"]
     assert {n: committed[n] for n in milestones.NAMES} == {n: found[n] for n in milestones.NAMES} | {
         "play_criterion": play | {"source": committed["play_criterion"]["source"]}
     }
@@ -568,3 +571,142 @@ def test_the_committed_batch_300_run_measured_all_three_milestones(tmp_path):
         ("running_reward_2", "45", "measured"),
         ("play_criterion", "40", "measured"),
     ]
+
+
+# -- from `make up` to `make down`: the bring-up, the training and the teardown ------------------
+
+PARTS = ("boot", "docker", "image", "ray_start", "workers", "train", "down")
+
+
+def end_to_end_of(stdout):
+    """The end_to_end line's fields, in the order printed, and the end_to_end_part lines'."""
+    [line] = [ln for ln in stdout.splitlines() if ln.startswith("end_to_end ")]
+    return (
+        fields(line),
+        list(fields(line)),
+        [fields(ln) for ln in stdout.splitlines() if ln.startswith("end_to_end_part ")],
+    )
+
+
+def test_make_plan_prints_the_hours_and_dollars_from_make_up_to_make_down():
+    """`make plan NODES=11 CPUS=18 BATCH=300`: each part's seconds and kind in the launcher's order, the
+    training's seconds those of the play criterion's milestone, then hours and dollars: the head bills
+    throughout, the 10 workers from their launch, after the head's parts, to `make down`."""
+    with open(REPO / "infra" / "prices.yaml") as f:
+        usd = yaml.safe_load(f)["usd_per_hour"]["us-west-2"]["c5.9xlarge"]
+    planned = run(["make", "plan", "NODES=11", "CPUS=18", "BATCH=300"], clean_env(), timeout=120)
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    line, keys, _ = end_to_end_of(planned.stdout)
+    seconds = {p: float(line[f"{p}_s"]) for p in PARTS}
+    assert [k for k in keys if k in {f"{p}_s" for p in PARTS}] == [f"{p}_s" for p in PARTS]
+    assert all(line[f"{p}_kind"] in ("measured", "sourced", "assumed") for p in PARTS if p != "train")
+    assert line["train_kind"] == "projected" and all(seconds[p] > 0 for p in PARTS)
+    [play] = [fields(ln) for ln in planned.stdout.splitlines() if "milestone name=play_criterion" in ln]
+    assert seconds["train"] == pytest.approx(float(play["hours"]) * 3600, rel=1e-3)
+    assert line["train_updates"] == play["updates"] == "40" and line["seeds"] == play["seeds"] == "0"
+    total = sum(seconds.values())
+    assert float(line["hours"]) == pytest.approx(total / 3600, rel=1e-3)
+    workers_s = seconds["workers"] + seconds["train"] + seconds["down"]
+    assert float(line["dollars"]) == pytest.approx((total + 10 * workers_s) * usd / 3600, rel=1e-3)
+    assert float(line["dollars"]) > float(play["dollars"])  # the bring-up costs on top of the training
+
+
+def test_the_workers_come_up_once_after_the_head_whatever_their_number(tmp_path):
+    """The autoscaler launches every worker once the head is set up, all at once: their bring-up (one
+    worker's boot, Docker, image and join) adds to the head's parts once, for 2 workers as for 10; the
+    head alone has none. With spot workers only their hours are priced at spot."""
+    parts = endtoend.load()
+    one_worker = sum(parts[p]["seconds"] for p in endtoend.WORKER)
+    head = sum(parts[p]["seconds"] for p in endtoend.HEAD)
+    down = parts["down"]["seconds"]
+    spot = ("--spot-usd-per-node-hour", "0.58", "--interruptions-per-node-hour", "0")
+    for nodes in (1, 3, 11):
+        made = run_plan(
+            "project", "--nodes", str(nodes), "--cpus", "18", "--batch-size", "300", "--samples", "20", *spot
+        )
+        assert made.returncode == 0, made.stderr
+        line, keys, _ = end_to_end_of(made.stdout)
+        workers, train = float(line["workers_s"]), float(line["train_s"])
+        assert keys.index("workers_s") > keys.index("ray_start_s") and keys.index("workers_s") < keys.index("train_s")
+        assert workers == pytest.approx(one_worker if nodes > 1 else 0.0)
+        assert line["workers_kind"] == ("assumed" if nodes > 1 else "none")  # its weakest part's kind
+        hours = float(line["hours"])
+        assert hours * 3600 == pytest.approx(head + workers + train + down, rel=1e-3)
+        on_demand = float(line["usd_per_node_hour"])
+        if nodes == 1:  # the head alone, on demand: no worker to put on spot
+            assert "dollars_spot" not in line
+            continue
+        billed = (hours * 3600 * on_demand + (nodes - 1) * (workers + train + down) * 0.58) / 3600
+        assert float(line["dollars_spot"]) == pytest.approx(billed, rel=1e-3)
+
+
+def test_every_part_names_its_command_source_or_basis(tmp_path):
+    """Each figure of the end-to-end inputs says where it comes from: a measured one its command, a
+    sourced one its source (an address to read), an assumed one its basis; inputs that do not are
+    refused in one line."""
+    planned = run_plan("project", "--nodes", "11", "--cpus", "18", "--batch-size", "300", "--samples", "5")
+    assert planned.returncode == 0, planned.stderr
+    _, _, part_lines = end_to_end_of(planned.stdout)
+    assert {p["part"] for p in part_lines} == {*endtoend.HEAD, *endtoend.WORKER, "down"}
+    why = {"measured": "command", "sourced": "source", "assumed": "basis"}
+    for p in part_lines:
+        assert p[why[p["kind"]]], p
+        if p["kind"] == "sourced":
+            assert "http" in p["source"], p
+        if p["kind"] == "measured":
+            assert "make test-docker" in p["command"], p
+    assert {p["kind"] for p in part_lines} >= {"sourced", "measured", "assumed"}
+    found = json.loads(pathlib.Path(endtoend.INPUTS).read_text())
+    del found["parts"]["boot"]["source"]
+    copy = tmp_path / "end_to_end_inputs.json"
+    copy.write_text(json.dumps(found))
+    refused = run_plan("project", "--end-to-end-inputs", str(copy))
+    assert refused.returncode == 2 and "part 'boot' is sourced and names no source" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and refused.stdout == ""
+
+
+def test_a_milestone_of_several_seeds_prints_their_range(tmp_path):
+    """Batch 300 with a second seed's run beside seed 0's (made up here, in a temp copy of the inputs:
+    no seed-1 figure is committed): each milestone line names both seeds and gives the range of
+    updates, hours and dollars; the end_to_end line budgets the seed that needed the most; `plan
+    inputs` of a run of a seed already there replaces that seed's run, and of another seed adds it."""
+    found = json.loads(pathlib.Path(inputs.INPUTS).read_text())
+    [seed0] = found["milestones"]["300"]
+    seed1 = json.loads(json.dumps(seed0))  # the same run, but seed 1 needed 4 more updates to each milestone
+    seed1["run"], seed1["config"]["seed"] = "made-up-seed-1", 1
+    for name in milestones.NAMES:
+        u = seed0[name]["update"] + 4
+        seed1[name] |= {"update": u, "episodes": u * 300}
+    copy = tmp_path / "plan_inputs.json"
+    copy.write_text(json.dumps(found | {"milestones": milestones.with_run(found["milestones"], seed1)}))
+    planned = run(
+        ["make", "plan", "NODES=11", "CPUS=18", "BATCH=300", f"ARGS=--inputs {copy}"], clean_env(), timeout=120
+    )
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    lines = {m["name"]: m for m in map(fields, planned.stdout.splitlines()) if m.get("name")}
+    assert lines["play_criterion"]["updates"] == "40..44" and lines["play_criterion"]["seeds"] == "0,1"
+    assert lines["running_reward_0"]["updates"] == "33..37" and lines["play_criterion"]["episodes"] == "12000..13200"
+    lo, hi = (float(h) for h in lines["play_criterion"]["hours"].split(".."))
+    assert 0 < lo < hi and lines["play_criterion"]["run"] == f"{seed0['run']},made-up-seed-1"
+    line, _, _ = end_to_end_of(planned.stdout)
+    assert (line["train_updates"], line["seeds"]) == ("44", "0,1")
+    assert float(line["train_s"]) == pytest.approx(hi * 3600, rel=1e-3)
+    # the win reads the seed that needed the most updates too
+    assert [fields(ln)["updates_to_win"] for ln in planned.stdout.splitlines() if ln.startswith("hours_to_win=")] == [
+        "37"
+    ]
+    # a second seed still short of a milestone: the seeds that reached it, and the one not yet
+    seed1["play_criterion"], seed1["measured_to"] = None, {"update": 39, "episodes": 11700, "env_steps": 0}
+    copy.write_text(json.dumps(found | {"milestones": milestones.with_run(found["milestones"], seed1)}))
+    planned = run_plan("project", "--samples", "5", "--inputs", str(copy))
+    assert planned.returncode == 0, planned.stderr
+    [play] = [fields(ln) for ln in planned.stdout.splitlines() if "name=play_criterion" in ln]
+    assert (play["updates"], play["seeds"], play["not_yet_seeds"], play["not_yet_after_updates"]) == (
+        "40",
+        "0",
+        "1",
+        "39",
+    )
+    # one run per seed: a seed's new run replaces its old one
+    again = milestones.with_run(milestones.with_run(found["milestones"], seed1), seed1 | {"run": "newer"})
+    assert [(milestones.seed_of(r), r["run"]) for r in again["300"]] == [(0, seed0["run"]), (1, "newer")]

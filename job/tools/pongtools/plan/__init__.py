@@ -1,14 +1,19 @@
-"""What a cluster delivers: seconds per update, episodes and dollars an hour, hours and dollars to a win,
-on demand and with spot workers (--spot-usd-per-node-hour, --interruptions-per-node-hour).
+"""What a cluster delivers: seconds per update, episodes and dollars an hour, hours and dollars to a win
+and from `make up` to `make down`, on demand and with spot workers (--spot-usd-per-node-hour,
+--interruptions-per-node-hour).
 
     make plan NODES=11 CPUS=18 BATCH=300      # = python -m pongtools.plan project --nodes 11 ...
     make plan-inputs RUN=<run dir>            # = python -m pongtools.plan inputs --run <run dir>
 
-No Ray is needed to plan. Four modules, one idea each:
+No Ray is needed to plan. One idea per module:
 
 - model.py: an update simulated as the trainer runs it, over the stages of learning;
 - inputs.py: the model's measured inputs (plan_inputs.json), rebuilt from a run's metrics
   and from a calibration;
+- milestones.py: the updates each seed's run needed to each milestone of learning;
+- endtoend.py: from `make up` to `make down`, the bring-up's parts in the launcher's order
+  (their seconds in end_to_end_inputs.json, each measured, sourced or assumed), the
+  training, `ray down`, and what the nodes bill meanwhile;
 - calibration.py: measuring here what the inputs need (Ray and the emulator, minutes);
 - report.py: the projection as key=value lines, and the prices it counts.
 

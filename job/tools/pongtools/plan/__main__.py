@@ -3,7 +3,7 @@
 from pgpong.cli import Parser, at_least, checked, fail, positive
 from pgpong.logline import kv
 
-from . import PlanError, calibration, inputs, milestones, model, report
+from . import PlanError, calibration, endtoend, inputs, milestones, model, report
 
 
 def parser():
@@ -62,6 +62,11 @@ def parser():
     )
     q.add_argument("--inputs", default=inputs.INPUTS, help="the measured inputs (default: plan_inputs.json beside it)")
     q.add_argument(
+        "--end-to-end-inputs",
+        default=endtoend.INPUTS,
+        help="the seconds of each part of `make up` and `make down` (default: end_to_end_inputs.json beside it)",
+    )
+    q.add_argument(
         "--samples", type=at_least(1), default=200, help="simulated updates per stage of learning (default 200)"
     )
     q.add_argument("--seed", type=at_least(0), default=0, help="seeds the episode lengths drawn")
@@ -110,6 +115,7 @@ def at_least_zero(text):
 
 def project(a):
     found = milestones.win_from(inputs.load_inputs(a.inputs), a.batch_size)
+    parts = endtoend.load(a.end_to_end_inputs)
     if a.measure_core:
         found["core"] = calibration.measure_core(a.measure_core)
         print(kv("core", **found["core"]), flush=True)
@@ -133,11 +139,22 @@ def project(a):
         readings = milestones.updates_to(found.get("milestones", {}), a.batch_size, name)
         for r in readings:  # same updates: played as the other batch size's run played after as many
             per = r["from_batch_size"] if r["kind"] == "assumed_same_updates" else a.batch_size
-            r["seconds"] = model.seconds_for_updates(stages, per, r["updates"])
+            r["seconds"] = [model.seconds_for_updates(stages, per, u) for u in r["updates"]]
         dollars_per_hour = result["nodes"] * price.usd_per_node_hour
         report.milestone(
             name, a.batch_size, readings, dollars_per_hour, sp=sp, head_usd_per_node_hour=price.usd_per_node_hour
         )
+        if name == "play_criterion":
+            end_to_end(a, parts, readings, price, sp)
+
+
+def end_to_end(a, parts, readings, price, sp):
+    """The end_to_end line of each reading of the updates to the play criterion: `make up` to `make down`."""
+    if not readings:
+        print(kv("end_to_end", train_s="unknown", hours="unknown", reason="no_run_reached_the_play_criterion"))
+    for r in readings:  # the training of the seed that needed the most updates
+        line = endtoend.timeline(parts, a.nodes - 1, max(r["seconds"]))
+        report.end_to_end(line, parts, a.nodes - 1, price, r, sp=sp)
 
 
 def spot_workers(a, found, result, stages, args, known):
@@ -171,11 +188,12 @@ def rebuild(a):
     built = inputs.build_inputs(a.inputs, a.run, a.calibration, a.milestones, a.play_update, a.play_source, a.bench)
     if a.bench:
         print(kv("core", **{k: v for k, v in built["core"].items() if k != "bench"}))
-    for batch, found in sorted(built.get("milestones", {}).items(), key=lambda item: int(item[0])):
-        reached = {n: (found[n] or {}).get("update", "not_yet") for n in milestones.NAMES}
-        print(
-            kv("milestones", batch_size=batch, measured_to=found["measured_to"]["update"], run=found["run"], **reached)
-        )
+    for batch, runs in sorted(built.get("milestones", {}).items(), key=lambda item: int(item[0])):
+        for found in runs:
+            reached = {n: (found[n] or {}).get("update", "not_yet") for n in milestones.NAMES}
+            measured_to = found["measured_to"]["update"]
+            seed = milestones.seed_of(found)
+            print(kv("milestones", batch_size=batch, seed=seed, measured_to=measured_to, run=found["run"], **reached))
     if not a.run and not a.calibration:
         return
     ln = built["learning"]

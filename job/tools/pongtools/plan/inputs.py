@@ -265,7 +265,7 @@ def build_inputs(
     for i, other in enumerate(milestones_of):
         last = i == len(milestones_of) - 1
         found = milestone_inputs(other, play_update if last else None, play_source if last else None)
-        inputs.setdefault("milestones", {})[str(found["config"]["batch_size"])] = found
+        inputs["milestones"] = milestones.with_run(inputs.get("milestones", {}), found)
     missing = {"core", "costs", "learning"} - set(inputs)
     if missing:
         raise PlanError(f"{path} still lacks {', '.join(sorted(missing))}; pass --calibration and --run")

@@ -4,9 +4,9 @@ on demand and, for the workers, spot."""
 import dataclasses
 
 import yaml
-from pgpong.logline import kv
+from pgpong.logline import kv, value
 
-from . import PlanError, model
+from . import PlanError, endtoend, model
 
 
 @dataclasses.dataclass
@@ -254,34 +254,106 @@ def spot(sp, price, hours, out=print):
         )
 
 
+def span(values):
+    """A figure of several seeds' runs as kv writes it: "lo..hi", or the one value when they agree."""
+    lo, hi = min(values), max(values)
+    return lo if lo == hi else f"{value(lo)}..{value(hi)}"
+
+
+def seeds_of(reading):
+    return ",".join(str(s) for s in reading["seeds"])
+
+
 def milestone(name, batch_size, readings, dollars_per_hour, out=print, sp=None, head_usd_per_node_hour=None):
     """One line per reading of the updates to a milestone (milestones.updates_to), with its hours and dollars;
-    and with spot workers (sp, a Spot whose price is known) the hours and dollars at their price too."""
+    and with spot workers (sp, a Spot whose price is known) the hours and dollars at their price too. Several
+    seeds' runs give each figure as their range, lo..hi, and name the seeds."""
     if not readings:
         out(kv("milestone", name=name, batch_size=batch_size, updates="unknown", reason="no_run_reached_it"))
     for r in readings:
-        hours = r["seconds"] / 3600
+        hours = [s / 3600 for s in r["seconds"]]
         on_spot = {}
         if sp is not None and sp.usd_per_node_hour is not None:
-            h = model.spot_hours(hours, sp.interruptions_per_node_hour, sp.workers, sp.seconds_per_interruption)
+            h = [
+                model.spot_hours(x, sp.interruptions_per_node_hour, sp.workers, sp.seconds_per_interruption)
+                for x in hours
+            ]
             on_spot = (
-                {"hours_spot": h, "dollars_spot": h * sp.dollars_per_hour(head_usd_per_node_hour)}
-                if h is not None
+                {
+                    "hours_spot": span(h),
+                    "dollars_spot": span([x * sp.dollars_per_hour(head_usd_per_node_hour) for x in h]),
+                }
+                if None not in h
                 else {"hours_spot": "never"}
             )
+        unreached = r.get("unreached", [])
         out(
             kv(
                 "milestone",
                 name=name,
                 batch_size=batch_size,
-                updates=r["updates"],
-                episodes=r["updates"] * batch_size,
+                updates=span(r["updates"]),
+                seeds=seeds_of(r),
+                episodes=span([u * batch_size for u in r["updates"]]),
                 kind=r["kind"],
-                hours=hours,
-                dollars=hours * dollars_per_hour,
+                hours=span(hours),
+                dollars=span([x * dollars_per_hour for x in hours]),
                 **on_spot,
                 **({"at_least_updates": r["at_least"]} if "at_least" in r else {}),
+                **({"not_yet_seeds": ",".join(str(s) for s, _ in unreached)} if unreached else {}),
+                **({"not_yet_after_updates": ",".join(str(u) for _, u in unreached)} if unreached else {}),
                 from_batch_size=r["from_batch_size"],
-                run=r["run"],
+                run=",".join(r["runs"]),
+            )
+        )
+
+
+def end_to_end(line, parts, workers, price, reading, out=print, sp=None):
+    """The end_to_end line, from `make up` to `make down` (endtoend.timeline's parts in order, each
+    `<part>_s=` and `<part>_kind=`), its hours and dollars on demand and, given a spot price, with the
+    workers at it; then one end_to_end_part line per input, with its command, source or basis."""
+    figures = {}
+    for name, (seconds, kind) in line.items():
+        figures |= {f"{name}_s": float(seconds), f"{name}_kind": kind}
+        if name == "workers":
+            figures |= {"workers": workers, "workers_join_s": float(parts["worker_join"]["seconds"])}
+        if name == "train":
+            most = max(reading["updates"])  # the seed that needed the most updates: the budget
+            figures |= {"train_updates": most, "train_updates_kind": reading["kind"], "seeds": seeds_of(reading)}
+    hours, dollars = endtoend.cost(line, workers, price.usd_per_node_hour, price.usd_per_node_hour)
+    on_spot = {}
+    if sp is not None and sp.usd_per_node_hour is not None:
+        train_h = model.spot_hours(
+            line["train"][0] / 3600, sp.interruptions_per_node_hour, sp.workers, sp.seconds_per_interruption
+        )
+        if train_h is None:
+            on_spot = {"hours_spot": "never"}
+        else:
+            spot_line = line | {"train": (train_h * 3600, line["train"][1])}
+            h, d = endtoend.cost(spot_line, workers, price.usd_per_node_hour, sp.usd_per_node_hour)
+            on_spot = {"hours_spot": h, "dollars_spot": d, "spot_usd_per_node_hour": sp.usd_per_node_hour}
+    out(
+        kv(
+            "end_to_end",
+            **figures,
+            hours=hours,
+            dollars=dollars,
+            usd_per_node_hour=price.usd_per_node_hour,
+            **on_spot,
+            order="head_then_workers_in_parallel",
+        )
+    )
+    for name in (*endtoend.HEAD, "worker_join", "down"):
+        p = parts[name]
+        why = endtoend.WHY[p["kind"]]
+        out(
+            kv(
+                "end_to_end_part",
+                part=name,
+                seconds=float(p["seconds"]),
+                kind=p["kind"],
+                what=p["what"],
+                **{why: p[why]},
+                **({"caveat": p["caveat"]} if p.get("caveat") else {}),
             )
         )
