@@ -23,6 +23,7 @@ and no mirror, so they build from the cache that `make image` filled here.
 """
 
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -198,7 +199,7 @@ class Lan:
             inside=inside,
             sshd=SSHD,
             docker_gb=DOCKER_GB,
-            home=Path.home(),
+            home=pwd.getpwuid(os.getuid()).pw_dir,  # the login's home (sshd's), not the test's $HOME,
         )
         host.log = open(folder / "sshd.log", "w")
         host.process = subprocess.Popen(
