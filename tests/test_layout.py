@@ -93,6 +93,31 @@ def test_every_kept_run_reads_as_a_run():
     assert {REPO / r["run"] for r in rates["runs"]} <= set(runs)
 
 
+def test_every_run_record_counts_what_its_metrics_hold():
+    """A kept run's run.json (pongtools.ship --metrics-only) holds the counters of its last update: as many
+    updates, episodes and env steps as its metrics, and one RMSProp step an update (train.py steps once each)."""
+    from pgpong.run import RUN_RECORD, Run
+
+    records = sorted((REPO / f).parent for f in tree() if f.startswith("job/tools/runs/") and f.endswith(RUN_RECORD))
+    assert len(records) >= 11, records
+    wrong = []
+    for folder in records:
+        record = json.loads((folder / RUN_RECORD).read_text())
+        metrics = Run(folder).metrics()
+        counted = {
+            "update": metrics[-1]["update"],
+            "episodes": sum(m["episodes"] for m in metrics),
+            "env_steps": sum(m["env_steps"] for m in metrics),
+            "rmsprop_steps": metrics[-1]["update"],
+        }
+        wrong += [
+            f"{folder.relative_to(REPO)}: {k}={record[k]}, its metrics: {v}"
+            for k, v in counted.items()
+            if record[k] != v
+        ]
+    assert not wrong, "\n".join(wrong)
+
+
 def test_no_test_module_imports_another_nor_conftest():
     """What tests share is in tests/harness/, by role; a test module or the harness that imports a test
     module (or conftest.py, which pytest imports itself) chains the tests together again."""
