@@ -37,6 +37,8 @@ LOCAL_ADDRESS := http://127.0.0.1:8265
 RUN ?=
 # `make plan-inputs`: runs (space-separated) whose updates to each milestone stand for their batch size.
 MILESTONES ?=
+# `make plan-inputs`: a run whose first update (a fresh policy's episodes) gives the lengths of any run's first.
+FRESH ?=
 # `make play`: a checkpoint (ckpt-NNNNNN.npz, a file or s3://...), or a run dir for its newest;
 # without it, the agent shipped in SHIP_DIR. `make ship`: the checkpoint to ship (default: RUN's newest).
 CHECKPOINT ?=
@@ -279,9 +281,9 @@ plan: $(INSTALLED) ## Project NODES x CPUS at BATCH: seconds per update, episode
 	@$(PONGTOOLS).plan project --nodes $(NODES) --cpus $(CPUS) --batch-size $(BATCH) --cluster $(CLUSTER) $(ARGS)
 
 .PHONY: plan-inputs
-plan-inputs: $(INSTALLED) ## Rebuild the plan's inputs: episode lengths from RUN's metrics, milestones of the MILESTONES runs
-	@if [[ -z "$(RUN)$(MILESTONES)" ]]; then echo "make: pass RUN=<run dir> (a trainer's --run-dir or an exported run), MILESTONES=<run dirs>, or both" >&2; exit 1; fi
-	$(PONGTOOLS).plan inputs $(if $(RUN),--run "$(RUN)") $(foreach m,$(MILESTONES),--milestones "$(m)") $(ARGS)
+plan-inputs: $(INSTALLED) ## Rebuild the plan's inputs: episode lengths from RUN's metrics (and FRESH's first update), milestones of the MILESTONES runs
+	@if [[ -z "$(RUN)$(MILESTONES)$(FRESH)" ]]; then echo "make: pass RUN=<run dir> (a trainer's --run-dir or an exported run), MILESTONES=<run dirs>, FRESH=<run dir>, or several" >&2; exit 1; fi
+	$(PONGTOOLS).plan inputs $(if $(RUN),--run "$(RUN)") $(if $(FRESH),--fresh "$(FRESH)") $(foreach m,$(MILESTONES),--milestones "$(m)") $(ARGS)
 
 ##@ Watch a run (on this machine; RUN and CHECKPOINT may be on S3)
 
