@@ -319,3 +319,16 @@ sweep: $(INSTALLED) ## Train each BATCH:RATE[:DECAY] of SWEEP to EPISODES episod
 compare: $(INSTALLED) ## Running reward of the run dirs RUNS at AT episodes (ARGS=--markdown for a table)
 	@if [[ -z "$(RUNS)" ]]; then echo "make: pass RUNS=\"<run dir> ...\", e.g. RUNS=\"$$(echo $(SWEEP_ROOT)/*)\"" >&2; exit 1; fi
 	$(PONGTOOLS).compare $(RUNS) --at $(AT) $(ARGS)
+
+##@ The docs
+
+# cog (cogapp) runs the Python in a Markdown comment beside each sample and writes its output below it
+# (docs/development.md#the-docs); pongtools.samples holds what those comments call.
+DOCS_PAGES = README.md $(wildcard docs/*.md)
+COG = PYTHONPATH=job/pong:job/tools cog -p "from pongtools.samples import saved, shell"
+# `make docs` rewrites the pages (-r); tests/test_docs.py runs it with COG_ACTION=--check, which fails on a stale one.
+COG_ACTION ?= -r
+
+.PHONY: docs
+docs: $(TESTS) ## Regenerate every sample of README.md and docs/: cog re-runs the command beside each
+	$(COG) $(COG_ACTION) $(DOCS_PAGES)
