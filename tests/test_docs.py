@@ -277,51 +277,32 @@ def test_every_cited_docs_section_exists():
     assert not wrong, "\n".join(wrong)
 
 
-def makefile_recipes():
-    """{target: the Makefile's line numbers of its rule and recipe}."""
-    recipes, target = {}, None
-    for n, line in enumerate((REPO / "Makefile").read_text().splitlines(), 1):
-        rule = re.match(r"([A-Za-z][\w-]*):(?!=)", line)
-        if rule:
-            target = rule.group(1)
-            recipes[target] = [n]
-        elif target and line.startswith("\t"):
-            recipes[target].append(n)
-        else:
-            target = None
-    return recipes
-
-
-def test_every_make_error_in_the_docs_names_the_line_of_its_target():
-    """A sample `make: *** [Makefile:217: submit] Error 1` was pasted when line 217 was submit's recipe;
-    an edit above it moves the line, and the sample is stale."""
-    recipes = makefile_recipes()
-    cited = [
-        (f"{path.relative_to(REPO)}:{n}", int(m.group(1)), m.group(2))
-        for path in DOCS
-        for n, line in enumerate(path.read_text().splitlines(), 1)
-        for m in re.finditer(r"\[Makefile:(\d+): ([\w-]+)\]", line)
-    ]
-    assert cited, "docs/errors.md shows make's error lines"
-    stale = [
-        f"{where}: Makefile:{line} is not in {target}'s recipe"
-        for where, line, target in cited
-        if line not in recipes.get(target, [])[1:]
-    ]
-    assert not stale, "re-run the command and paste its output:\n" + "\n".join(stale)
-
-
-def test_the_reference_shows_make_help_as_the_makefile_prints_it():
-    """docs/reference.md pastes `make help` rather than keeping a list of its own."""
-    printed = subprocess.run(
-        ["make", "help", "VENV=.venv"], cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=60
+def test_every_sample_is_what_its_command_prints_now():
+    """cog re-runs the command beside each sample block (quick ones now, slow ones from their saved output in
+    docs/samples/) and fails if a block would change: `make docs` rewrites them."""
+    cog = subprocess.run(
+        ["make", "-s", "docs", "COG_ACTION=--check --diff --check-fail-msg='run make docs and commit the pages'"],
+        cwd=REPO,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
-    assert printed.returncode == 0, printed.stderr
-    _, blocks = prose_and_blocks((REPO / "docs" / "reference.md").read_text())
-    lines = [line for _, line in blocks]
-    start = lines.index("$ make help") + 1
-    pasted = lines[start : start + len(printed.stdout.strip("\n").splitlines())]
-    assert "\n".join(pasted) == re.sub(r"\x1b\[[0-9;]*m", "", printed.stdout).strip("\n"), "paste `make help` again"
+    assert cog.returncode == 0, cog.stdout[-6000:] + cog.stderr[-3000:]
+    pages = [p for p in DOCS if "[[[cog " in p.read_text()]
+    assert len(pages) >= 4, f"only {[p.name for p in pages]} carry cog blocks"
+
+
+def test_no_sample_names_a_makefile_line():
+    """make's error line names the Makefile's line (`make: *** [Makefile:217: submit] Error 1`), which moves
+    with every edit above it; a sample shows it as pongtools.samples writes it, `make: *** [submit] Error 1`."""
+    cited = [
+        f"{path.relative_to(REPO)}:{n}: {line.strip()}"
+        for path in DOCS + sorted((REPO / "docs" / "samples").glob("*.txt"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"Makefile:\d+", line)
+    ]
+    assert not cited, "\n".join(cited)
 
 
 def test_no_code_or_doc_sends_readers_to_a_readme_section():
