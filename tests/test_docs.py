@@ -264,6 +264,25 @@ def test_the_readme_stays_a_five_minute_read_and_every_image_is_shown():
     assert not unused, f"docs/images/ holds images no page shows: {unused}"
 
 
+def test_the_readmes_first_screen_runs_it_and_its_tables_stay_narrow():
+    """The first 40 lines: the pictures, the two commands, the cluster's commands and the result; a README
+    table cell over 120 characters belongs in a docs page (the big tables are in docs/results.md)."""
+    text = (REPO / "README.md").read_text()
+    first = "\n".join(text.splitlines()[:40])
+    wanted = ["agent-game.gif", "agents-b50-b300.png", "make demo", "make test", "make up", "make submit JOB=pong"]
+    wanted += ["make logs", "make down", "**Result.**"]
+    assert not [w for w in wanted if w not in first], [w for w in wanted if w not in first]
+    prose, _ = prose_and_blocks(text)
+    wide = [
+        f"README.md:{n}: {cell.strip()[:60]}... ({len(cell.strip())} characters)"
+        for n, line in prose
+        if line.startswith("|")
+        for cell in re.split(r"(?<!\\)\|", line.strip())[1:-1]
+        if len(cell.strip()) > 120
+    ]
+    assert not wide, "move the table to a docs page or shorten it:\n" + "\n".join(wide)
+
+
 def test_every_cited_docs_section_exists():
     found = citations()
     assert any(where.startswith(("job/", "Makefile")) for where, _, _ in found), found  # the code's messages

@@ -18,6 +18,8 @@ commit and machine, into docs/samples/<name>.txt, and the page's block reads tha
     PYTHONPATH=job/pong:job/tools .venv/bin/python -m pongtools.samples save demo-tail --tail 4 -- "make demo"
     <!-- [[[cog saved("demo-tail")]]] -->
 
+A figure in a sentence comes from a line the command prints now (line_of): cog writes the sentence.
+
 Either way a sample is `$ <command>` and its output (stdout and stderr as they came), from the
 repository's root, in a plain block; the repository's own path is shown as `.`, and make's error
 line `make: *** [Makefile:NNN: train] Error 2` as `make: *** [train] Error 2`, so that a sample does
@@ -33,7 +35,7 @@ import sys
 from pathlib import Path
 
 from pgpong.cli import Parser, fail
-from pgpong.logline import kv
+from pgpong.logline import fields, kv
 
 REPO = Path(__file__).resolve().parents[3]
 SAMPLES = REPO / "docs" / "samples"
@@ -92,6 +94,16 @@ def out(text):
 def shell(*commands, keep=None, tail=None):
     """Write, in one block, each command and its output, run now (a quick sample)."""
     out(block([line for c in commands for line in transcript(c, keep, tail)]))
+
+
+def line_of(command, kind, **match):
+    """The key=value fields of the first line of `kind` the command prints now whose fields include
+    `match`: a figure in a sentence, from the run that prints it (milestone name=play_criterion)."""
+    for line in transcript(command)[1:]:
+        found = fields(line)
+        if line.startswith(f"{kind} ") and all(found.get(k) == v for k, v in match.items()):
+            return found
+    raise LookupError(f"`{command}` printed no {kind} line with {match}")
 
 
 def saved(name):
