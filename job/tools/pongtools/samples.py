@@ -27,6 +27,7 @@ not go stale when the Makefile or the clone's folder moves.
 """
 
 import datetime
+import functools
 import os
 import platform
 import re
@@ -54,7 +55,18 @@ def environment():
 
 def transcript(command, keep=None, tail=None, timeout=600):
     """`$ command` and its output lines (keep: only those matching this regex; tail: the last N), run
-    by bash in the repository's root."""
+    by bash in the repository's root; once per cog run (a quick sample's command is deterministic)."""
+    lines = list(output(command, timeout))
+    if keep:
+        lines = [line for line in lines if re.search(keep, line)]
+    if tail:
+        lines = lines[-tail:]
+    return [f"$ {command}", *lines]
+
+
+@functools.cache
+def output(command, timeout):
+    """The output lines of one command, as samples show them (plain)."""
     proc = subprocess.run(
         ["bash", "-c", command],
         cwd=REPO,
@@ -65,12 +77,7 @@ def transcript(command, keep=None, tail=None, timeout=600):
         text=True,
         timeout=timeout,
     )
-    lines = [plain(line) for line in proc.stdout.splitlines()]
-    if keep:
-        lines = [line for line in lines if re.search(keep, line)]
-    if tail:
-        lines = lines[-tail:]
-    return [f"$ {command}", *lines]
+    return tuple(plain(line) for line in proc.stdout.splitlines())
 
 
 def plain(line):
@@ -98,10 +105,11 @@ def shell(*commands, keep=None, tail=None):
 
 def line_of(command, kind, **match):
     """The key=value fields of the first line of `kind` the command prints now whose fields include
-    `match`: a figure in a sentence, from the run that prints it (milestone name=play_criterion)."""
+    `match`: a figure in a sentence, from the run that prints it (milestone name=play_criterion). A line
+    without a kind word is found by its first key (seconds_per_update)."""
     for line in transcript(command)[1:]:
         found = fields(line)
-        if line.startswith(f"{kind} ") and all(found.get(k) == v for k, v in match.items()):
+        if line.startswith((f"{kind} ", f"{kind}=")) and all(found.get(k) == v for k, v in match.items()):
             return found
     raise LookupError(f"`{command}` printed no {kind} line with {match}")
 
