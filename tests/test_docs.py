@@ -1,26 +1,27 @@
-"""The docs cannot drift from the code: links, section names and sample log lines.
+"""The docs cannot drift from the code: samples, links, section names and sample log lines.
 
     .venv/bin/python -m pytest tests/test_docs.py -q     # the checks (about a minute: real tiny runs)
     .venv/bin/python tests/test_docs.py                  # print fresh sample lines of every kind
 
 What is checked, in README.md and docs/*.md:
-- README.md stays at most 250 lines, and every image in docs/images/ is shown somewhere;
+- every sample cog writes is what its command prints now (`make docs` with cog --check; the quick ones
+  run again, the slow ones read from docs/samples/): `make docs` rewrites them (docs/development.md,
+  The docs);
+- no sample names a Makefile line (make's `[Makefile:217: submit]` moves with every edit above it);
+- README.md stays at most 250 lines, its first 40 run the project, no table cell of it runs over 120
+  characters, and every image in docs/images/ is shown somewhere;
 - every relative link, image included, names a file that exists, and every #anchor a
   heading of that file (GitHub's anchor rules);
 - every "docs/<file>.md, <Section>" that the code, the Makefile or a doc cites names a
   real heading of that file (the form of the code's error messages);
-- every sample log line in a plain code block whose kind is start, update, trend, done,
+- every pasted sample log line in a plain code block whose kind is start, update, trend, done,
   fault or bench carries exactly the fields the current code prints for that kind.
 
 The expected fields come from the code itself, never from a list in this file: the
 trainer and the benchmark are run for real, tiny (batch 2, one update, one actor), and
 their lines parsed. Fault lines need a killed actor, so their fields are read from the
-`kv("fault", ...)` calls in pgpong/pool.py.
-
-After a change to a log line, this test names each stale sample (file, line, the
-fields missing and extra). To refresh them, run this file as a script: it prints one
-fresh line of every kind from a real tiny run; paste each over its stale sample, or
-better, re-run the command the page gives above the sample and paste its output.
+`kv("fault", ...)` calls in pgpong/pool.py. Run as a script, this file prints one fresh line of
+every kind from a real tiny run.
 """
 
 import ast
