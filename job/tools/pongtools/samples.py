@@ -18,7 +18,8 @@ commit and machine, into docs/samples/<name>.txt, and the page's block reads tha
     PYTHONPATH=job/pong:job/tools .venv/bin/python -m pongtools.samples save demo-tail --tail 4 -- "make demo"
     <!-- [[[cog saved("demo-tail")]]] -->
 
-A figure in a sentence comes from a line the command prints now (line_of): cog writes the sentence.
+A figure in a sentence comes from a line the command prints now (line_of): cog writes the sentence;
+a Markdown table a command prints (make compare ARGS=--markdown) becomes the page's table (table).
 
 Either way a sample is `$ <command>` and its output (stdout and stderr as they came), from the
 repository's root, in a plain block; the repository's own path is shown as `.`, and make's error
@@ -101,6 +102,11 @@ def out(text):
 def shell(*commands, keep=None, tail=None):
     """Write, in one block, each command and its output, run now (a quick sample)."""
     out(block([line for c in commands for line in transcript(c, keep, tail)]))
+
+
+def table(command):
+    """Write the Markdown table a command prints (make compare ARGS=--markdown) as the page's own table."""
+    out("\n".join(line for line in transcript(command)[1:] if line.startswith("|")) + "\n")
 
 
 def line_of(command, kind, **match):
