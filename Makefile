@@ -37,6 +37,8 @@ LOCAL_ADDRESS := http://127.0.0.1:8265
 RUN ?=
 # `make plan-inputs`: runs (space-separated) whose updates to each milestone stand for their batch size.
 MILESTONES ?=
+# `make plan-inputs`: a run whose first update (a fresh policy's episodes) gives the lengths of any run's first.
+FRESH ?=
 # `make play`: a checkpoint (ckpt-NNNNNN.npz, a file or s3://...), or a run dir for its newest;
 # without it, the agent shipped in SHIP_DIR. `make ship`: the checkpoint to ship (default: RUN's newest).
 CHECKPOINT ?=
@@ -287,9 +289,9 @@ plan: $(INSTALLED) ## Project NODES x CPUS at BATCH: seconds per update, $ an ho
 	@$(PONGTOOLS).plan project --nodes $(NODES) --cpus $(CPUS) --batch-size $(BATCH) --cluster $(CLUSTER) $(ARGS)
 
 .PHONY: plan-inputs
-plan-inputs: $(INSTALLED) ## Rebuild the plan's inputs: episode lengths from RUN's metrics, milestones of the MILESTONES runs
-	@if [[ -z "$(RUN)$(MILESTONES)" ]]; then echo "make: pass RUN=<run dir> (a trainer's --run-dir or an exported run), MILESTONES=<run dirs>, or both" >&2; exit 1; fi
-	$(PONGTOOLS).plan inputs $(if $(RUN),--run "$(RUN)") $(foreach m,$(MILESTONES),--milestones "$(m)") $(ARGS)
+plan-inputs: $(INSTALLED) ## Rebuild the plan's inputs: episode lengths from RUN's metrics (and FRESH's first update), milestones of the MILESTONES runs
+	@if [[ -z "$(RUN)$(MILESTONES)$(FRESH)" ]]; then echo "make: pass RUN=<run dir> (a trainer's --run-dir or an exported run), MILESTONES=<run dirs>, FRESH=<run dir>, or several" >&2; exit 1; fi
+	$(PONGTOOLS).plan inputs $(if $(RUN),--run "$(RUN)") $(if $(FRESH),--fresh "$(FRESH)") $(foreach m,$(MILESTONES),--milestones "$(m)") $(ARGS)
 
 ##@ Watch a run (on this machine; RUN and CHECKPOINT may be on S3)
 
@@ -325,3 +327,16 @@ sweep: $(INSTALLED) ## Train each BATCH:RATE[:DECAY] of SWEEP to EPISODES episod
 compare: $(INSTALLED) ## Running reward of the run dirs RUNS at AT episodes (ARGS=--markdown for a table)
 	@if [[ -z "$(RUNS)" ]]; then echo "make: pass RUNS=\"<run dir> ...\", e.g. RUNS=\"$$(echo $(SWEEP_ROOT)/*)\"" >&2; exit 1; fi
 	$(PONGTOOLS).compare $(RUNS) --at $(AT) $(ARGS)
+
+##@ The docs
+
+# cog (cogapp) runs the Python in a Markdown comment beside each sample and writes its output below it
+# (docs/development.md#the-docs); pongtools.samples holds what those comments call.
+DOCS_PAGES = README.md $(wildcard docs/*.md)
+COG = PYTHONPATH=job/pong:job/tools cog -p "from pongtools.samples import line_of, saved, shell, table"
+# `make docs` rewrites the pages (-r); tests/test_docs.py runs it with COG_ACTION=--check, which fails on a stale one.
+COG_ACTION ?= -r
+
+.PHONY: docs
+docs: $(TESTS) ## Regenerate every sample of README.md and docs/: cog re-runs the command beside each
+	$(COG) $(COG_ACTION) $(DOCS_PAGES)

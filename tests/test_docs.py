@@ -1,26 +1,27 @@
-"""The docs cannot drift from the code: links, section names and sample log lines.
+"""The docs cannot drift from the code: samples, links, section names and sample log lines.
 
     .venv/bin/python -m pytest tests/test_docs.py -q     # the checks (about a minute: real tiny runs)
     .venv/bin/python tests/test_docs.py                  # print fresh sample lines of every kind
 
 What is checked, in README.md and docs/*.md:
-- README.md stays at most 250 lines, and every image in docs/images/ is shown somewhere;
+- every sample cog writes is what its command prints now (`make docs` with cog --check; the quick ones
+  run again, the slow ones read from docs/samples/): `make docs` rewrites them (docs/development.md,
+  The docs);
+- no sample names a Makefile line (make's `[Makefile:217: submit]` moves with every edit above it);
+- README.md stays at most 250 lines, its first 40 run the project, no table cell of it runs over 120
+  characters, and every image in docs/images/ is shown somewhere;
 - every relative link, image included, names a file that exists, and every #anchor a
   heading of that file (GitHub's anchor rules);
 - every "docs/<file>.md, <Section>" that the code, the Makefile or a doc cites names a
   real heading of that file (the form of the code's error messages);
-- every sample log line in a plain code block whose kind is start, update, trend, done,
+- every pasted sample log line in a plain code block whose kind is start, update, trend, done,
   fault or bench carries exactly the fields the current code prints for that kind.
 
 The expected fields come from the code itself, never from a list in this file: the
 trainer and the benchmark are run for real, tiny (batch 2, one update, one actor), and
 their lines parsed. Fault lines need a killed actor, so their fields are read from the
-`kv("fault", ...)` calls in pgpong/pool.py.
-
-After a change to a log line, this test names each stale sample (file, line, the
-fields missing and extra). To refresh them, run this file as a script: it prints one
-fresh line of every kind from a real tiny run; paste each over its stale sample, or
-better, re-run the command the page gives above the sample and paste its output.
+`kv("fault", ...)` calls in pgpong/pool.py. Run as a script, this file prints one fresh line of
+every kind from a real tiny run.
 """
 
 import ast
@@ -264,6 +265,25 @@ def test_the_readme_stays_a_five_minute_read_and_every_image_is_shown():
     assert not unused, f"docs/images/ holds images no page shows: {unused}"
 
 
+def test_the_readmes_first_screen_runs_it_and_its_tables_stay_narrow():
+    """The first 40 lines: the pictures, the two commands, the cluster's commands and the result; a README
+    table cell over 120 characters belongs in a docs page (the big tables are in docs/results.md)."""
+    text = (REPO / "README.md").read_text()
+    first = "\n".join(text.splitlines()[:40])
+    wanted = ["agent-game.gif", "agents-b50-b300.png", "make demo", "make test", "make up", "make submit JOB=pong"]
+    wanted += ["make logs", "make down", "**Result.**"]
+    assert not [w for w in wanted if w not in first], [w for w in wanted if w not in first]
+    prose, _ = prose_and_blocks(text)
+    wide = [
+        f"README.md:{n}: {cell.strip()[:60]}... ({len(cell.strip())} characters)"
+        for n, line in prose
+        if line.startswith("|")
+        for cell in re.split(r"(?<!\\)\|", line.strip())[1:-1]
+        if len(cell.strip()) > 120
+    ]
+    assert not wide, "move the table to a docs page or shorten it:\n" + "\n".join(wide)
+
+
 def test_every_cited_docs_section_exists():
     found = citations()
     assert any(where.startswith(("job/", "Makefile")) for where, _, _ in found), found  # the code's messages
@@ -277,51 +297,32 @@ def test_every_cited_docs_section_exists():
     assert not wrong, "\n".join(wrong)
 
 
-def makefile_recipes():
-    """{target: the Makefile's line numbers of its rule and recipe}."""
-    recipes, target = {}, None
-    for n, line in enumerate((REPO / "Makefile").read_text().splitlines(), 1):
-        rule = re.match(r"([A-Za-z][\w-]*):(?!=)", line)
-        if rule:
-            target = rule.group(1)
-            recipes[target] = [n]
-        elif target and line.startswith("\t"):
-            recipes[target].append(n)
-        else:
-            target = None
-    return recipes
-
-
-def test_every_make_error_in_the_docs_names_the_line_of_its_target():
-    """A sample `make: *** [Makefile:217: submit] Error 1` was pasted when line 217 was submit's recipe;
-    an edit above it moves the line, and the sample is stale."""
-    recipes = makefile_recipes()
-    cited = [
-        (f"{path.relative_to(REPO)}:{n}", int(m.group(1)), m.group(2))
-        for path in DOCS
-        for n, line in enumerate(path.read_text().splitlines(), 1)
-        for m in re.finditer(r"\[Makefile:(\d+): ([\w-]+)\]", line)
-    ]
-    assert cited, "docs/errors.md shows make's error lines"
-    stale = [
-        f"{where}: Makefile:{line} is not in {target}'s recipe"
-        for where, line, target in cited
-        if line not in recipes.get(target, [])[1:]
-    ]
-    assert not stale, "re-run the command and paste its output:\n" + "\n".join(stale)
-
-
-def test_the_reference_shows_make_help_as_the_makefile_prints_it():
-    """docs/reference.md pastes `make help` rather than keeping a list of its own."""
-    printed = subprocess.run(
-        ["make", "help", "VENV=.venv"], cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=60
+def test_every_sample_is_what_its_command_prints_now():
+    """cog re-runs the command beside each sample block (quick ones now, slow ones from their saved output in
+    docs/samples/) and fails if a block would change: `make docs` rewrites them."""
+    cog = subprocess.run(
+        ["make", "-s", "docs", "COG_ACTION=--check --diff --check-fail-msg='run make docs and commit the pages'"],
+        cwd=REPO,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
-    assert printed.returncode == 0, printed.stderr
-    _, blocks = prose_and_blocks((REPO / "docs" / "reference.md").read_text())
-    lines = [line for _, line in blocks]
-    start = lines.index("$ make help") + 1
-    pasted = lines[start : start + len(printed.stdout.strip("\n").splitlines())]
-    assert "\n".join(pasted) == re.sub(r"\x1b\[[0-9;]*m", "", printed.stdout).strip("\n"), "paste `make help` again"
+    assert cog.returncode == 0, cog.stdout[-6000:] + cog.stderr[-3000:]
+    pages = [p for p in DOCS if "[[[cog " in p.read_text()]
+    assert len(pages) >= 4, f"only {[p.name for p in pages]} carry cog blocks"
+
+
+def test_no_sample_names_a_makefile_line():
+    """make's error line names the Makefile's line (`make: *** [Makefile:217: submit] Error 1`), which moves
+    with every edit above it; a sample shows it as pongtools.samples writes it, `make: *** [submit] Error 1`."""
+    cited = [
+        f"{path.relative_to(REPO)}:{n}: {line.strip()}"
+        for path in DOCS + sorted((REPO / "docs" / "samples").glob("*.txt"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"Makefile:\d+", line)
+    ]
+    assert not cited, "\n".join(cited)
 
 
 def test_no_code_or_doc_sends_readers_to_a_readme_section():

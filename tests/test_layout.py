@@ -33,10 +33,16 @@ def test_the_top_level_is_cluster_job_infra_tests_docs_and_the_project_files():
     assert not strays, f"the top level holds only {sorted(TOP_LEVEL)} and the locks: move {sorted(strays)}"
 
 
-def test_docs_hold_pages_and_pictures_only():
+def test_docs_hold_pages_pictures_and_saved_samples_only():
     docs = [f for f in tree() if f.startswith("docs/")]
-    others = [f for f in docs if not (f.count("/") == 1 and f.endswith(".md")) and not f.startswith("docs/images/")]
+    others = [
+        f
+        for f in docs
+        if not (f.count("/") == 1 and f.endswith(".md")) and not f.startswith(("docs/images/", "docs/samples/"))
+    ]
     others += [f for f in docs if f.startswith("docs/images/") and not f.endswith(PICTURES)]
+    # a slow sample's saved output, which a page's cog block reads (pongtools.samples.saved)
+    others += [f for f in docs if f.startswith("docs/samples/") and not (f.count("/") == 2 and f.endswith(".txt"))]
     assert not others, f"run data goes to job/tools/runs/, not docs/: {others}"
 
 
@@ -91,6 +97,31 @@ def test_every_kept_run_reads_as_a_run():
         assert records and records[-1]["update"] >= 1 and config.get("batch_size") == records[0]["episodes"], folder
     rates = json.loads((REPO / "job/pong/pgpong/learning_rates.json").read_text())
     assert {REPO / r["run"] for r in rates["runs"]} <= set(runs)
+
+
+def test_every_run_record_counts_what_its_metrics_hold():
+    """A kept run's run.json (pongtools.ship --metrics-only) holds the counters of its last update: as many
+    updates, episodes and env steps as its metrics, and one RMSProp step an update (train.py steps once each)."""
+    from pgpong.run import RUN_RECORD, Run
+
+    records = sorted((REPO / f).parent for f in tree() if f.startswith("job/tools/runs/") and f.endswith(RUN_RECORD))
+    assert len(records) >= 11, records
+    wrong = []
+    for folder in records:
+        record = json.loads((folder / RUN_RECORD).read_text())
+        metrics = Run(folder).metrics()
+        counted = {
+            "update": metrics[-1]["update"],
+            "episodes": sum(m["episodes"] for m in metrics),
+            "env_steps": sum(m["env_steps"] for m in metrics),
+            "rmsprop_steps": metrics[-1]["update"],
+        }
+        wrong += [
+            f"{folder.relative_to(REPO)}: {k}={record[k]}, its metrics: {v}"
+            for k, v in counted.items()
+            if record[k] != v
+        ]
+    assert not wrong, "\n".join(wrong)
 
 
 def test_no_test_module_imports_another_nor_conftest():

@@ -178,12 +178,13 @@ def test_plan_prints_each_answer_with_its_inputs(tmp_path):
     assert int(win["updates_to_win"]) == updates
     assert hours == pytest.approx(updates * seconds / 3600, rel=1e-3)
     assert float(lines["dollars_to_win"]["dollars_to_win"]) == pytest.approx(hours * 11 * usd, rel=1e-3)
-    stages = [fields(ln) for ln in proc.stdout.splitlines() if ln.startswith("stage ")]
-    assert len(stages) == len(found["learning"]["stages"])
-    # the mean update to a win: each update at the stage of learning of its first episode
+    fresh, *stages = [fields(ln) for ln in proc.stdout.splitlines() if ln.startswith("stage ")]
+    assert fresh["lengths_from"] == "fresh_policy" and len(stages) == len(found["learning"]["stages"])
+    # the mean update to a win: the first played by the fresh policy, each later one at the stage of
+    # learning of its first episode
     starts = [int(s["first_episode"]) for s in stages]
-    at = [max(i for i, first in enumerate(starts) if first <= e) for e in range(0, updates * 300, 300)]
-    mean = sum(float(stages[i]["seconds_per_update"]) for i in at) / len(at)
+    at = [max(i for i, first in enumerate(starts) if first <= e) for e in range(300, updates * 300, 300)]
+    mean = (float(fresh["seconds_per_update"]) + sum(float(stages[i]["seconds_per_update"]) for i in at)) / updates
     assert seconds == pytest.approx(mean, rel=1e-3)
 
 
@@ -256,7 +257,10 @@ def test_more_actors_make_an_update_faster_until_the_batch_runs_out():
         (["project", "--prices", "/nonexistent.yaml"], "cannot read the prices in /nonexistent.yaml"),
         ([], "python -m pongtools.plan: error: the following arguments are required"),
         (["nodes"], "argument {project,inputs,calibrate,probe}: invalid choice: 'nodes'"),
-        (["inputs"], "pass --run <run dir>, --calibration <file>, --milestones <run dir>, --bench <log>, or several"),
+        (
+            ["inputs"],
+            "pass --run <run dir>, --calibration <file>, --milestones <run dir>, --bench <log>, --fresh <run dir>",
+        ),
         (["inputs", "--bench", "/nonexistent.log"], "cannot read the bench output /nonexistent.log"),
         (["inputs", "--play-update", "3"], "--play-update needs --milestones <the run whose checkpoint was played>"),
         (["project", "--measure-core", "0"], "argument --measure-core: must be a whole number >= 1, not '0'"),
@@ -710,3 +714,29 @@ def test_a_milestone_of_several_seeds_prints_their_range(tmp_path):
     # one run per seed: a seed's new run replaces its old one
     again = milestones.with_run(milestones.with_run(found["milestones"], seed1), seed1 | {"run": "newer"})
     assert [(milestones.seed_of(r), r["run"]) for r in again["300"]] == [(0, seed0["run"]), (1, "newer")]
+
+
+def test_a_fresh_start_plays_its_first_update_with_a_fresh_policys_episode_lengths(tmp_path):
+    """Update 1 of every run is played by a fresh policy, before any RMSProp step: `make plan-inputs FRESH=`
+    keeps the lengths of the committed batch-300 run's update 1 (mean 1,367), and the plan projects a run's
+    first update from them, not from batch 50's first 500 episodes (mean 1,583, learning already)."""
+    run300 = REPO / "job" / "tools" / "runs" / "b300-lr0.01-d0.94"
+    first = Run(run300).metrics()[0]
+    copy = tmp_path / "plan_inputs.json"
+    copy.write_text(pathlib.Path(inputs.INPUTS).read_text())
+    fresh = "job/tools/runs/b300-lr0.01-d0.94"  # as the committed inputs name it, from the repo's root
+    made = run(["make", "plan-inputs", f"FRESH={fresh}", f"ARGS=--inputs {copy}"], clean_env(), timeout=120)
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert json.loads(copy.read_text())["fresh"] == json.loads(pathlib.Path(inputs.INPUTS).read_text())["fresh"]
+    planned = run_plan("project", "--nodes", "1", "--cpus", "16", "--batch-size", "300", "--inputs", str(copy))
+    assert planned.returncode == 0, planned.stderr
+    stages = [fields(ln) for ln in planned.stdout.splitlines() if ln.startswith("stage ")]
+    fresh, learning = stages[0], stages[1]
+    assert fresh["lengths_from"] == "fresh_policy" and learning["lengths_from"] == "run", stages[:2]
+    assert float(fresh["len_mean"]) == pytest.approx(first["episode_len_mean"], rel=0.02)
+    (summary,) = [fields(ln) for ln in planned.stdout.splitlines() if ln.startswith("seconds_per_update=")]
+    assert summary["first_stage"] == fresh["seconds_per_update"]
+    found = json.loads(copy.read_text())
+    _, projected = model.project(found, 1, 16, 300, samples=20)
+    two = model.seconds_for_updates(projected, 300, 2)  # update 1 fresh, update 2 in learning's first stage
+    assert two == pytest.approx(projected[0]["update"]["seconds"] + projected[1]["update"]["seconds"])

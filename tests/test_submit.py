@@ -3,13 +3,19 @@ refuses anyone without its token. Each mistake must give one plain line, no trac
 and must not create a job."""
 
 import json
+import os
+import shutil
 import socket
+import subprocess
 import sys
+import tempfile
+import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
-from harness import RAY, REPO, clean_env, run
+from harness import RAY, REPO, clean_env, missing, run
 
 
 def error_line(result):
@@ -176,3 +182,49 @@ def test_local_down_forgets_only_its_stopped_heads_address(tmp_path, recorded):
     ours = recorded.endswith(":6379") and not listening
     assert current.exists() != ours, (recorded, listening)
     assert not mark.exists()
+
+
+# Asked from inside the head's network namespace: the Jobs API's answer to no token, then to the token.
+JOBS_API_ANSWERS = """
+import sys, urllib.error, urllib.request
+token = open(sys.argv[1]).read().strip()
+for headers in ({}, {"Authorization": "Bearer " + token}):
+    request = urllib.request.Request("http://127.0.0.1:8265/api/jobs/", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            print(answer.status)
+    except urllib.error.HTTPError as e:
+        print(e.code)
+"""
+
+
+def test_the_local_head_refuses_the_jobs_api_without_its_token_and_answers_with_it():
+    """The head `make demo` and `make local-up` start (cluster/local-ray.sh up) on its fixed ports (6379, 8265),
+    so in a network namespace of its own, with its own HOME (the token it generates) and Ray temp dir: a Jobs
+    API request without the token gets 401, one with it 200. Stopped by `local-ray.sh down`, also on failure."""
+    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("nsenter"):
+        missing("a network namespace of the test's own needs root, unshare and nsenter (util-linux)")
+    root = Path(tempfile.mkdtemp(prefix="pong-ns-", dir="/tmp"))  # short: Ray's Unix sockets go under it
+    (root / "home").mkdir()
+    env = clean_env(HOME=str(root / "home"), RAY_TMPDIR=str(root / "ray"), LOCAL_RAY_MARK=str(root / "head"))
+    holder = subprocess.Popen(["unshare", "--net", "sleep", "600"], stdin=subprocess.DEVNULL)  # holds the namespace
+    inside = ["nsenter", f"--target={holder.pid}", "--net", "--"]
+    try:
+        for _ in range(50):  # until unshare has moved to its namespace and exec'd sleep
+            if os.readlink(f"/proc/{holder.pid}/ns/net") != os.readlink("/proc/self/ns/net"):
+                break
+            time.sleep(0.1)
+        lo = run([*inside, "ip", "link", "set", "lo", "up"], env, timeout=30)
+        assert lo.returncode == 0, lo.stderr
+        up = run([*inside, "bash", "cluster/local-ray.sh", "up"], env, timeout=180)
+        assert up.returncode == 0 and "auth=token" in up.stdout, up.stdout + up.stderr
+        token = root / "home" / ".ray" / "auth_token"
+        asked = run([*inside, sys.executable, "-c", JOBS_API_ANSWERS, str(token)], env, timeout=60)
+        assert asked.returncode == 0, asked.stdout + asked.stderr
+        assert asked.stdout.split() == ["401", "200"], asked.stdout
+    finally:
+        down = run([*inside, "bash", "cluster/local-ray.sh", "down"], env, timeout=120)
+        holder.kill()
+        holder.wait()
+        shutil.rmtree(root, ignore_errors=True)
+    assert down.returncode == 0 and "stopped processes=" in down.stdout, down.stdout + down.stderr

@@ -88,6 +88,7 @@ def parser():
     )
     i.add_argument("--play-source", help="where those games are recorded (with --play-update)")
     i.add_argument("--bench", help="the saved output of a quiet `make bench`: its trainer phase gives the core rate")
+    i.add_argument("--fresh", help="a run dir whose first update gives a fresh policy's episode lengths (update 1's)")
     i.add_argument("--inputs", default=inputs.INPUTS, help="the file to rebuild (default: plan_inputs.json)")
     i.set_defaults(command=rebuild)
 
@@ -183,9 +184,17 @@ def spot_workers(a, found, result, stages, args, known):
 def rebuild(a):
     if a.play_update is not None and not a.milestones:
         raise PlanError("--play-update needs --milestones <the run whose checkpoint was played>")
-    if not (a.run or a.calibration or a.milestones or a.bench):
-        raise PlanError("pass --run <run dir>, --calibration <file>, --milestones <run dir>, --bench <log>, or several")
-    built = inputs.build_inputs(a.inputs, a.run, a.calibration, a.milestones, a.play_update, a.play_source, a.bench)
+    if not (a.run or a.calibration or a.milestones or a.bench or a.fresh):
+        raise PlanError(
+            "pass --run <run dir>, --calibration <file>, --milestones <run dir>, --bench <log>, --fresh <run dir>, "
+            "or several"
+        )
+    built = inputs.build_inputs(
+        a.inputs, a.run, a.calibration, a.milestones, a.play_update, a.play_source, a.bench, a.fresh
+    )
+    if a.fresh:
+        fresh = built["fresh"]
+        print(kv("fresh", run=fresh["run"], update=1, episodes=fresh["episodes"], len_mean=fresh["len_mean"]))
     if a.bench:
         print(kv("core", **{k: v for k, v in built["core"].items() if k != "bench"}))
     for batch, runs in sorted(built.get("milestones", {}).items(), key=lambda item: int(item[0])):

@@ -5,9 +5,12 @@ machine that produced it:
 - costs: the costs around the rollouts, the per-node reduce and fold, the RMSProp step, the
   broadcast of the weights (from a calibration);
 - learning: the episode-length distribution at each stage of learning, and the episodes a
-  run needed (or, until one has won, is extrapolated to need) to win (from a run's metrics).
+  run needed (or, until one has won, is extrapolated to need) to win (from a run's metrics);
+- fresh: the episode lengths of a fresh policy, which plays a run's first update (from a run's
+  first update).
 
     make plan-inputs RUN=<run dir>     # the learning part: a folder, s3://..., or an exported run
+    make plan-inputs FRESH=job/tools/runs/b300-lr0.01-d0.94     # a fresh policy's lengths
     PYTHONPATH=job/pong:job/tools python -m pongtools.plan inputs --calibration cal.json    # core, costs
 """
 
@@ -171,6 +174,27 @@ def fold_seconds(repeats=20):
     return float(np.median(times))
 
 
+def fresh_inputs(run_dir):
+    """The episode lengths of a fresh policy: those of a run's first update, played before any RMSProp
+    step (the batch-300 run's 300 are more than the 50 of batch 50's first update)."""
+    lines, config = read_run(run_dir)
+    first = lines[0]
+    if first["update"] != 1 or first["total_episodes"] != first["episodes"]:
+        raise PlanError(f"{Run(run_dir).path}'s metrics do not begin with its first update; pass a whole run")
+    lengths = np.asarray(first["episode_steps"], dtype=float)
+    return {
+        "run": str(run_dir),  # as given: a path in the repo stays one
+        "update": 1,
+        "batch_size": config.get("batch_size"),
+        "seed": config.get("seed"),
+        "episodes": len(lengths),
+        "running_reward": round(float(first["running_reward"]), 3),
+        "len_mean": round(float(lengths.mean()), 1),
+        "len_quantiles": [round(float(q), 1) for q in np.quantile(lengths, QUANTILES)],
+        "command": f"python -m pongtools.plan inputs --fresh {run_dir}",
+    }
+
+
 def cost_inputs(calibration):
     """Per-node costs, from the batch-10 run of a calibration (one node, median over its updates)."""
     run = next(r for r in calibration["runs"] if r["batch_size"] == 10)
@@ -242,11 +266,18 @@ def bench_core(bench_log):
 
 
 def build_inputs(
-    path, run_dir=None, calibration_path=None, milestones_of=(), play_update=None, play_source=None, bench_log=None
+    path,
+    run_dir=None,
+    calibration_path=None,
+    milestones_of=(),
+    play_update=None,
+    play_source=None,
+    bench_log=None,
+    fresh_run=None,
 ):
     """Rebuild the parts of the inputs file given: the learning part from a run, the rest from a
-    calibration, and the milestones of each run in milestones_of (by its batch size; --play-update
-    belongs to the last of them)."""
+    calibration, the milestones of each run in milestones_of (by its batch size; --play-update
+    belongs to the last of them), and a fresh policy's lengths from fresh_run's first update."""
     inputs = load_inputs(path) if os.path.exists(path) else {}
     inputs["about"] = (
         "Inputs of pongtools.plan, measured on the dev machine; "
@@ -262,6 +293,8 @@ def build_inputs(
     if run_dir:
         inputs["learning"] = learning_inputs(run_dir, inputs.get("reference"))
         inputs["learning"]["command"] = f"python -m pongtools.plan inputs --run {run_dir}"
+    if fresh_run:
+        inputs["fresh"] = fresh_inputs(fresh_run)
     for i, other in enumerate(milestones_of):
         last = i == len(milestones_of) - 1
         found = milestone_inputs(other, play_update if last else None, play_source if last else None)

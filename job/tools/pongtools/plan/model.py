@@ -27,6 +27,8 @@ NODE_START_S = 75.0
 # (3 s), each allowed health_check_timeout_ms (10 s): 15 s if each check fails at once, 65 s if
 # each times out. The upper bound; not measured (the chaos test's node dies by SIGKILL here).
 DETECT_S = 65.0
+# lengths_from of the stage a fresh policy plays: a run's first update, before any RMSProp step
+FRESH = "fresh_policy"
 WEIGHT_BYTES = (H * D + H) * 4  # W1 and W2 in float32: the broadcast
 GRADIENT_BYTES = WEIGHT_BYTES + D * 4  # a node's gradient when every pixel is touched (and its int32 columns)
 
@@ -110,12 +112,22 @@ def sample_lengths(quantiles, n, rng):
 
 
 def stage_of(stages, episode):
-    """The last stage that starts at or before `episode` (past the data: the last stage)."""
-    found = stages[0]
-    for s in stages:
+    """The last stage of learning that starts at or before `episode` (past the data: the last stage);
+    never the fresh policy's, which plays only a run's first update (stage_of_update)."""
+    learning = [s for s in stages if s.get("lengths_from") != FRESH]
+    found = learning[0]
+    for s in learning:
         if s["first_episode"] <= episode:
             found = s
     return found
+
+
+def stage_of_update(stages, u, episodes_per_update):
+    """The stage update u (from 0) plays in: a run's first update is played by its fresh policy, whose
+    lengths the inputs may hold (stages[0] then); every later one by the stage of its first episode."""
+    if u == 0 and stages[0].get("lengths_from") == FRESH:
+        return stages[0]
+    return stage_of(stages, u * episodes_per_update)
 
 
 def project(
@@ -131,7 +143,7 @@ def project(
     rate = core_rate or inputs["core"]["env_steps_per_s"]
     rng = np.random.default_rng(seed)
     stages = []
-    for s in learning["stages"]:
+    for s in ([fresh_stage(inputs["fresh"])] if "fresh" in inputs else []) + learning["stages"]:
         runs = [
             update_seconds(sample_lengths(s["len_quantiles"], batch_size, rng), rate, nodes, cpus, costs, network_gbps)
             for _ in range(samples)
@@ -174,16 +186,29 @@ def project(
     }, stages
 
 
+def fresh_stage(fresh):
+    """The inputs' fresh-policy lengths (a run's first update) as a stage that plays update 1 alone."""
+    return {
+        "first_episode": 0,
+        "episodes": fresh["episodes"],
+        "running_reward": fresh["running_reward"],
+        "len_quantiles": fresh["len_quantiles"],
+        "lengths_from": FRESH,
+    }
+
+
 def seconds_for_updates(stages, episodes_per_update, updates):
     """Seconds of `updates` updates from the start of a run, update u in the stage of learning of
-    episode u x episodes_per_update (the batch size, or the batch of the run whose pace it assumes)."""
-    return sum(stage_of(stages, u * episodes_per_update)["update"]["seconds"] for u in range(updates))
+    episode u x episodes_per_update (the batch size, or the batch of the run whose pace it assumes),
+    the first played by the fresh policy."""
+    return sum(stage_of_update(stages, u, episodes_per_update)["update"]["seconds"] for u in range(updates))
 
 
 def updates_to_win(stages, batch_size, episodes_to_win):
-    """The stage of learning of each update of a run to `episodes_to_win` (the first stage alone when
-    no win is known): each update in the stage of its first episode."""
-    return [stage_of(stages, e) for e in range(0, episodes_to_win or 0, batch_size)] or [stages[0]]
+    """The stage of each update of a run to `episodes_to_win` (the first stage alone when no win is
+    known): the first update the fresh policy's, each later one in the stage of its first episode."""
+    n = -(-(episodes_to_win or 0) // batch_size)
+    return [stage_of_update(stages, u, batch_size) for u in range(n)] or [stages[0]]
 
 
 def replay(stages, nodes, cpus, batch_size, core_rate, episodes_to_win, detect=DETECT_S, samples=200, seed=0):
@@ -196,8 +221,8 @@ def replay(stages, nodes, cpus, batch_size, core_rate, episodes_to_win, detect=D
     """
     rng = np.random.default_rng(seed)
     actors = nodes * cpus
-    by_stage = {}
-    for s in stages:
+    by_stage = {}  # by position: the fresh stage and the first of learning both start at episode 0
+    for i, s in enumerate(stages):
         added, held = [], []
         for _ in range(samples):
             durations = sample_lengths(s["len_quantiles"], batch_size, rng) / core_rate
@@ -206,8 +231,9 @@ def replay(stages, nodes, cpus, batch_size, core_rate, episodes_to_win, detect=D
             ends, replayed = dispatch_with_loss(durations, actors, lost, rng.uniform(0.0, normal), detect)
             added.append(ends - normal)
             held.append(replayed)
-        by_stage[s["first_episode"]] = (float(np.mean(added)), float(np.mean(held)))
-    weighted = [by_stage[s["first_episode"]] for s in updates_to_win(stages, batch_size, episodes_to_win)]
+        by_stage[i] = (float(np.mean(added)), float(np.mean(held)))
+    index = {id(s): i for i, s in enumerate(stages)}
+    weighted = [by_stage[index[id(s)]] for s in updates_to_win(stages, batch_size, episodes_to_win)]
     return float(np.mean([a for a, _ in weighted])), float(np.mean([h for _, h in weighted]))
 
 

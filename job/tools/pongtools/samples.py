@@ -1,0 +1,170 @@
+"""The docs' samples: each is the output of a command the page names beside it, written by cog.
+
+cog (cogapp) runs the Python in a Markdown comment and writes what it prints below it, up to the
+comment `[[[end]]]`; `cog -r` rewrites the blocks, `cog --check` fails when one would change:
+
+    make docs                                     # every sample of README.md and docs/*.md, again
+    .venv/bin/python -m pytest tests/test_docs.py -k current    # fails on a stale one
+
+A quick sample (deterministic, seconds) runs its command each time:
+
+    <!-- [[[cog shell("make plan NODES=11 CPUS=18 BATCH=300", keep="^milestone ")]]] -->
+    ...the block cog writes...
+    <!-- [[[end]]] -->
+
+A slow or changing one (a training run, a benchmark, `make demo`) is saved once, with its date,
+commit and machine, into docs/samples/<name>.txt, and the page's block reads that file:
+
+    PYTHONPATH=job/pong:job/tools .venv/bin/python -m pongtools.samples save demo-tail --tail 4 -- "make demo"
+    <!-- [[[cog saved("demo-tail")]]] -->
+
+A figure in a sentence comes from a line the command prints now (line_of): cog writes the sentence;
+a Markdown table a command prints (make compare ARGS=--markdown) becomes the page's table (table).
+
+Either way a sample is `$ <command>` and its output (stdout and stderr as they came), from the
+repository's root, in a plain block; the repository's own path is shown as `.`, and make's error
+line `make: *** [Makefile:NNN: train] Error 2` as `make: *** [train] Error 2`, so that a sample does
+not go stale when the Makefile or the clone's folder moves.
+"""
+
+import datetime
+import functools
+import os
+import platform
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from pgpong.cli import Parser, fail
+from pgpong.logline import fields, kv
+
+REPO = Path(__file__).resolve().parents[3]
+SAMPLES = REPO / "docs" / "samples"
+MAKE_ERROR = re.compile(r"^(make(?:\[\d+\])?: \*\*\* )\[Makefile:\d+: ([^\]]+)\]")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+FENCE = "```"
+
+
+def environment():
+    """The environment a user's shell gives a command: none of Ray's client settings, no outer make's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    for key in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "PYTHONPATH", "VIRTUAL_ENV", "VENV"):
+        env.pop(key, None)
+    return env
+
+
+def transcript(command, keep=None, tail=None, timeout=600):
+    """`$ command` and its output lines (keep: only those matching this regex; tail: the last N), run
+    by bash in the repository's root; once per cog run (a quick sample's command is deterministic)."""
+    lines = list(output(command, timeout))
+    if keep:
+        lines = [line for line in lines if re.search(keep, line)]
+    if tail:
+        lines = lines[-tail:]
+    return [f"$ {command}", *lines]
+
+
+@functools.cache
+def output(command, timeout):
+    """The output lines of one command, as samples show them (plain)."""
+    proc = subprocess.run(
+        ["bash", "-c", command],
+        cwd=REPO,
+        env=environment(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+    )
+    return tuple(plain(line) for line in proc.stdout.splitlines())
+
+
+def plain(line):
+    """An output line as a sample shows it: no colours, the repository's path as `.`, make's error line
+    without the Makefile's line number."""
+    line = ANSI.sub("", line).replace(f"{REPO}/", "").replace(str(REPO), ".")
+    return MAKE_ERROR.sub(r"\1[\2]", line)
+
+
+def block(lines):
+    """A plain fenced block of lines, as a string cog writes."""
+    return "\n".join([FENCE, *lines, FENCE]) + "\n"
+
+
+def out(text):
+    import cog  # only inside cog's run
+
+    cog.out(text)
+
+
+def shell(*commands, keep=None, tail=None):
+    """Write, in one block, each command and its output, run now (a quick sample)."""
+    out(block([line for c in commands for line in transcript(c, keep, tail)]))
+
+
+def table(command):
+    """Write the Markdown table a command prints (make compare ARGS=--markdown) as the page's own table."""
+    out("\n".join(line for line in transcript(command)[1:] if line.startswith("|")) + "\n")
+
+
+def line_of(command, kind, **match):
+    """The key=value fields of the first line of `kind` the command prints now whose fields include
+    `match`: a figure in a sentence, from the run that prints it (milestone name=play_criterion). A line
+    without a kind word is found by its first key (seconds_per_update)."""
+    for line in transcript(command)[1:]:
+        found = fields(line)
+        if line.startswith((f"{kind} ", f"{kind}=")) and all(found.get(k) == v for k, v in match.items()):
+            return found
+    raise LookupError(f"`{command}` printed no {kind} line with {match}")
+
+
+def saved(name):
+    """Write a saved sample: the line that says when and where it was made, then its block."""
+    header, *lines = (SAMPLES / f"{name}.txt").read_text().splitlines()
+    out(f"{header.removeprefix('# ')} (`docs/samples/{name}.txt`):\n\n{block(lines)}")
+
+
+def save(name, commands, keep=None, tail=None):
+    """Run the commands now and keep their transcript in docs/samples/<name>.txt, headed by the
+    date, commit and machine that made it."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d at %H:%M UTC")
+    lines = [line for c in commands for line in transcript(c, keep, tail, timeout=None)]
+    header = f"# Made on {when}, commit {commit.stdout.strip()}, {machine()}"
+    SAMPLES.mkdir(exist_ok=True)
+    (SAMPLES / f"{name}.txt").write_text("\n".join([header, *lines]) + "\n")
+    return SAMPLES / f"{name}.txt"
+
+
+def machine():
+    """lscpu's model name and the core count: where a saved sample was made."""
+    model = platform.processor() or "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"`{model}`, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def main(argv=None):
+    p = Parser(prog="python -m pongtools.samples", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(required=True, metavar="{save}")
+    s = sub.add_parser("save", help="run commands now and keep their output as docs/samples/NAME.txt")
+    s.add_argument("name", help="the sample's name: docs/samples/NAME.txt, read by saved('NAME') in a page")
+    s.add_argument("commands", nargs="+", help="shell commands, run one after the other from the repo's root")
+    s.add_argument("--keep", help="keep only output lines matching this regex")
+    s.add_argument("--tail", type=int, help="keep only the last N lines of each command's output")
+    args = p.parse_args(argv)
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", args.name):
+        fail(f"sample name {args.name!r}: lower-case letters, digits and hyphens")
+    written = save(args.name, args.commands, args.keep, args.tail)
+    print(kv("sample", name=args.name, file=written.relative_to(REPO), commands=len(args.commands)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
