@@ -47,8 +47,9 @@ FENCE = "```"
 
 
 def environment():
-    """The environment a user's shell gives a command: none of Ray's client settings, no outer make's."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    """The environment a user's shell gives a command: none of Ray's client settings, no outer make's.
+    RAY_TMPDIR stays: a Ray the command starts, or joins, stays in the caller's temp dir."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_") or k == "RAY_TMPDIR"}
     for key in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "PYTHONPATH", "VIRTUAL_ENV", "VENV"):
         env.pop(key, None)
     return env
