@@ -75,8 +75,20 @@ make_local_root() {
     rm -rf "$root"
 }
 
+export_local_root() {
+    # The engine has the base but the cache lost its root (a fresh clone beside an old engine):
+    # write it back from the image, in seconds, for the hosts that build from this cache.
+    local id
+    id="$(docker create "$local_base" true)"
+    docker export "$id" >"$local_root_tar.part" && mv "$local_root_tar.part" "$local_root_tar"
+    docker rm "$id" >/dev/null
+}
+
 import_local_base() {
-    docker image inspect "$local_base" >/dev/null 2>&1 && return
+    if docker image inspect "$local_base" >/dev/null 2>&1; then
+        [[ -s "$local_root_tar" ]] || export_local_root
+        return
+    fi
     make_local_root
     say "importing $local_root_tar as $local_base"
     docker import \

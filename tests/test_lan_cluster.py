@@ -325,6 +325,9 @@ def test_ray_up_launches_two_workers_that_train_and_one_comes_back(cluster, lan,
     started = time.monotonic()
     built = run(["make", "image"], clean_env(), timeout=LAUNCHER_TIMEOUT_S)
     assert built.returncode == 0 and "built image=" in built.stdout, built.stdout + built.stderr
+    # What the hosts build from, since they reach no registry: the Debian root and the wheelhouse.
+    cache = REPO / ".cache"
+    assert list(cache.glob("image/*.tar")) and list(cache.glob("wheelhouse/*.whl")), built.stdout
 
     # 2. The head by `ray up`, the workers by its autoscaler.
     started = time.monotonic()
