@@ -35,6 +35,16 @@ def lines_of(text, kind):
     return [(n, fields(line)) for n, line in enumerate(lines) if line.startswith(prefix)]
 
 
+def node_beside(cluster, known, which, timeout_s=90):
+    """The id of the one alive node not in known, once it shows (within timeout_s)."""
+    deadline = time.monotonic() + timeout_s
+    while not (new := {n["node_id"] for n in cluster.alive_nodes()} - known):
+        assert time.monotonic() < deadline, f"{which} never showed as alive"
+        time.sleep(1)
+    [node] = new
+    return node
+
+
 def after(text, kind, position):
     return [f for n, f in lines_of(text, kind) if n > position]
 
@@ -52,11 +62,7 @@ def test_the_pool_grows_onto_a_joining_node_drops_it_when_it_dies_and_the_bits_s
         try:
             wait_for(cluster, submission, lambda t: len(lines_of(t, "update")) >= 2, what="two updates on the head")
             cluster.start_second_node()
-            deadline = time.monotonic() + 90
-            while not (new := {n["node_id"] for n in cluster.alive_nodes()} - head):
-                assert time.monotonic() < deadline, "the second node never showed as alive"
-                time.sleep(1)
-            [new_node] = new
+            new_node = node_beside(cluster, head, "the second node")
 
             def played_on_both(text):
                 joined = [n for n, f in lines_of(text, "joined") if f["node"] == new_node[:8]]
@@ -132,11 +138,7 @@ def test_an_actor_whose_node_died_before_it_answered_plays_on_the_next_node(tmp_
                 assert time.monotonic() < deadline, "the killed node still shows as alive"
                 time.sleep(1)
             cluster.start_second_node()
-            deadline = time.monotonic() + 90
-            while not (new := {n["node_id"] for n in cluster.alive_nodes()} - head):
-                assert time.monotonic() < deadline, "the third node never showed as alive"
-                time.sleep(1)
-            [third] = new
+            third = node_beside(cluster, head, "the third node")
 
             def played_on_the_third(text):
                 joined = [n for n, f in lines_of(text, "joined") if f["node"] == third[:8]]

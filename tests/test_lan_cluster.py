@@ -33,7 +33,6 @@ import getpass
 import json
 import os
 import re
-import shutil
 import subprocess
 import threading
 import time
@@ -46,7 +45,16 @@ import pytest
 import yaml
 from harness import RAY, REPO, clean_env, fields, run
 from harness.hosts import Lan
-from harness.launcher import clear, close_ray_ssh_connections, launcher_files, remove, snapshot, tail
+from harness.launcher import (
+    SSH_OPTIONS,
+    clear,
+    close_ray_ssh_connections,
+    launcher_files,
+    missing_tools,
+    remove,
+    snapshot,
+    tail,
+)
 from harness.runs import assert_same_run, train_locally
 from ray.autoscaler.sdk import get_docker_host_mount_location
 
@@ -63,16 +71,6 @@ BACK_TIMEOUT_S = 300  # 69 s here, beside a training run
 BATCH = 6  # two CPUs on each of three hosts: one episode for each actor
 UPDATES = 12
 CLONE_NEWNET = 0x40000000
-SSH_OPTIONS = [
-    "-o",
-    "BatchMode=yes",
-    "-o",
-    "StrictHostKeyChecking=no",
-    "-o",
-    "UserKnownHostsFile=/dev/null",
-    "-o",
-    "LogLevel=ERROR",
-]
 
 # Run in the head's container by `python -`: a task pinned to each alive node reports the thread
 # presets and BLAS threads of a worker process there, which its raylet started with the node's env.
@@ -131,19 +129,18 @@ def what_is_missing():
     missing = []
     if os.geteuid() != 0:
         missing.append("run it as root: it makes network namespaces and starts sshd and dockerd")
-    for tool, package in (
-        ("docker", "docker.io"),
-        ("dockerd", "docker.io"),
-        ("sshd", "openssh-server"),
-        ("ssh", "openssh-client"),
-        ("rsync", "rsync"),
-        ("ip", "iproute2"),
-        ("nsenter", "util-linux"),
-        ("unshare", "util-linux"),
-    ):
-        if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists():
-            missing.append(f"no {tool} here; install {package} (`make docker-engine` does)")
-    return missing
+    return missing + missing_tools(
+        (
+            ("docker", "docker.io"),
+            ("dockerd", "docker.io"),
+            ("sshd", "openssh-server"),
+            ("ssh", "openssh-client"),
+            ("rsync", "rsync"),
+            ("ip", "iproute2"),
+            ("nsenter", "util-linux"),
+            ("unshare", "util-linux"),
+        )
+    )
 
 
 @pytest.fixture
@@ -319,6 +316,14 @@ def fetch_run(cluster, run_dir, into):
     return Path(into)
 
 
+def assert_same_as_one_node(run_dir, updates, into):
+    """The cluster's run dir equals, bit for bit, a run of as many updates on one node here (into)."""
+    args = ["--batch-size", str(BATCH), "--updates", str(updates), "--seed", "0", "--workers", "2"]
+    reference = train_locally(*args, "--run-dir", str(into), timeout=1200)
+    assert reference.returncode == 0, reference.stdout[-2000:] + reference.stderr[-2000:]
+    assert_same_run(run_dir, into)
+
+
 @pytest.mark.docker
 def test_ray_up_launches_two_workers_that_train_and_one_comes_back(cluster, lan, tmp_path):
     figures = {}
@@ -379,22 +384,7 @@ def test_ray_up_launches_two_workers_that_train_and_one_comes_back(cluster, lan,
     assert {addresses[a] for a in probed[0]} == set(HOSTS), probed
     assert all(found == ["1", 1] for found in probed[0].values()), f"thread presets by node: {probed[0]}"
     three = fetch_run(cluster, "/root/pong-runs/lan-three", tmp_path / "lan-three")
-    alone = tmp_path / "one-node"
-    reference = train_locally(
-        "--batch-size",
-        str(BATCH),
-        "--updates",
-        str(UPDATES),
-        "--seed",
-        "0",
-        "--workers",
-        "2",
-        "--run-dir",
-        str(alone),
-        timeout=900,
-    )
-    assert reference.returncode == 0, reference.stdout[-2000:] + reference.stderr[-2000:]
-    assert_same_run(three, alone)
+    assert_same_as_one_node(three, UPDATES, tmp_path / "one-node")
 
     # 4. A worker host loses its container under a running job.
     job_id = submit(cluster, "/root/pong-runs/lan-lost", 0)
@@ -436,22 +426,7 @@ def test_ray_up_launches_two_workers_that_train_and_one_comes_back(cluster, lan,
     (_, done_lost) = lines_of(text, "done")[-1]
     last = int(done_lost["last_update"])
     after_loss = fetch_run(cluster, "/root/pong-runs/lan-lost", tmp_path / "lan-lost")
-    alone = tmp_path / "one-node-lost"
-    reference = train_locally(
-        "--batch-size",
-        str(BATCH),
-        "--updates",
-        str(last),
-        "--seed",
-        "0",
-        "--workers",
-        "2",
-        "--run-dir",
-        str(alone),
-        timeout=1200,
-    )
-    assert reference.returncode == 0, reference.stdout[-2000:] + reference.stderr[-2000:]
-    assert_same_run(after_loss, alone)
+    assert_same_as_one_node(after_loss, last, tmp_path / "one-node-lost")
 
     # 5. Down, and nothing left on any host.
     cluster.tunnel.kill()

@@ -47,9 +47,11 @@ import pytest
 import yaml
 from harness import RAY, REPO, clean_env, fields, run
 from harness.launcher import (
+    SSH_OPTIONS,
     clear,
     close_ray_ssh_connections,
     launcher_files,
+    missing_tools,
     remove,
     snapshot,
     stop_processes,
@@ -118,15 +120,15 @@ def what_is_missing():
     missing = []
     if os.geteuid() != 0:
         missing.append("run it as root: its own sshd must listen on port 22")
-    for tool, package in (
-        ("docker", "docker.io"),
-        (SSHD, "openssh-server"),
-        ("ssh", "openssh-client"),
-        ("ssh-keygen", "openssh-client"),
-        ("rsync", "rsync"),
-    ):
-        if shutil.which(tool) is None:
-            missing.append(f"no {tool} here; install {package} (`make docker-engine` does)")
+    missing += missing_tools(
+        (
+            ("docker", "docker.io"),
+            (SSHD, "openssh-server"),
+            ("ssh", "openssh-client"),
+            ("ssh-keygen", "openssh-client"),
+            ("rsync", "rsync"),
+        )
+    )
     if missing:
         return missing
     if subprocess.run(["docker", "info"], capture_output=True, timeout=60).returncode != 0:
@@ -178,14 +180,7 @@ def sshd(ready_machine, tmp_path):
         "ssh",
         "-i",
         str(folder / "login_key"),
-        "-o",
-        "BatchMode=yes",
-        "-o",
-        "StrictHostKeyChecking=no",
-        "-o",
-        "UserKnownHostsFile=/dev/null",
-        "-o",
-        "LogLevel=ERROR",
+        *SSH_OPTIONS,
         f"{user}@127.0.0.1",
         "true",
     ]

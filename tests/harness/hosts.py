@@ -25,13 +25,14 @@ and no mirror, so they build from the cache that `make image` filled here.
 import os
 import pwd
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from harness.launcher import stop_processes
 
 SUBNET = "10.213.0"  # inside the lan namespace only
 LAPTOP_ADDRESS = f"{SUBNET}.1"
@@ -227,9 +228,7 @@ class Lan:
     def stop_docker(self, host, grace_s=30):
         """Stop a host's Docker engine, as when it crashes or is stopped: its containers stop with it."""
         pids = [p for p in host.processes() if read_comm(p) == "dockerd"]
-        kill(pids, signal.SIGTERM)
-        if wait_gone(pids, grace_s):
-            kill(pids, signal.SIGKILL)
+        stop_processes(pids, grace_s)
         return pids
 
     def stop(self):
@@ -244,11 +243,7 @@ class Lan:
                 if names:
                     host.run(["docker", "rm", "-f", *names], timeout=120)
             self.stop_docker(host)
-            pids = host.processes()
-            kill(pids, signal.SIGTERM)
-            if wait_gone(pids, 10):
-                kill(pids, signal.SIGKILL)
-                wait_gone(pids, 10)
+            stop_processes(host.processes(), grace_s=10)
             host.process.wait(timeout=30)
             host.log.close()
             if host.processes():
@@ -269,28 +264,3 @@ def read_comm(pid):
         return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return ""
-
-
-def kill(pids, sig):
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
-
-def running(pid):
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
-def wait_gone(pids, seconds):
-    """True if some of pids still run after `seconds`."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if not [p for p in pids if running(p)]:
-            return False
-        time.sleep(0.2)
-    return any(running(p) for p in pids)

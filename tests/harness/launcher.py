@@ -13,6 +13,27 @@ import tempfile
 import time
 from pathlib import Path
 
+# How a test logs into a host it made: the test's own key only, no prompt, no host key kept.
+SSH_OPTIONS = [
+    "-o",
+    "BatchMode=yes",
+    "-o",
+    "StrictHostKeyChecking=no",
+    "-o",
+    "UserKnownHostsFile=/dev/null",
+    "-o",
+    "LogLevel=ERROR",
+]
+
+
+def missing_tools(tools):
+    """One sentence for each (tool, Debian package) this machine lacks (sbin folders searched too)."""
+    return [
+        f"no {tool} here; install {package} (`make docker-engine` does)"
+        for tool, package in tools
+        if shutil.which(tool) is None and shutil.which(tool, path="/usr/sbin:/sbin") is None
+    ]
+
 
 def children_of():
     """{pid: [child pids]} over the live (non-zombie) processes."""
