@@ -57,7 +57,7 @@ def test_the_pool_grows_onto_a_joining_node_drops_it_when_it_dies_and_the_bits_s
         head = {n["node_id"] for n in cluster.alive_nodes()}
         submission = f"follow-{uuid.uuid4().hex[:8]}"
         # --updates 1000, not 0 (until stopped), so the update lines show progress= and eta_s=, as the
-        # sample pasted from this log in docs/aws.md does; the test stops the job long before.
+        # sample of this log in docs/aws.md does; the test stops the job long before.
         plain_submit(cluster, submission, *ARGS, "--updates", "1000", "--run-dir", str(run_dir))
         try:
             wait_for(cluster, submission, lambda t: len(lines_of(t, "update")) >= 2, what="two updates on the head")
@@ -111,6 +111,9 @@ def test_the_pool_grows_onto_a_joining_node_drops_it_when_it_dies_and_the_bits_s
     assert all(u["ledger"] == "complete" for _, u in updates)
     assert [r["update"] for r in read_metrics(run_dir)] == list(range(1, last + 1))
     assert_same_run(run_dir, reference)
+    # The job's log from the pool's growth on, which docs/aws.md shows (saved with pytest -s: its
+    # docs/samples/follow-log.txt names the command).
+    print("\n" + "\n".join(text.splitlines()[grew_at:]))
 
 
 @pytest.mark.slow  # a cluster of its own, two nodes started and one killed while a job trains: minutes
