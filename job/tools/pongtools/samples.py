@@ -18,6 +18,13 @@ commit and machine, into docs/samples/<name>.txt, and the page's block reads tha
     PYTHONPATH=job/pong:job/tools .venv/bin/python -m pongtools.samples save demo-tail --tail 4 -- "make demo"
     <!-- [[[cog saved("demo-tail")]]] -->
 
+A sample of a run too long to make again (hours of training, a benchmark of the full batch, a cloud
+run) that a page pasted before samples were saved keeps that run's output as it was, with the date,
+commit and machine the page gave it, said by hand; the block reads it the same way:
+
+    PYTHONPATH=job/pong:job/tools .venv/bin/python -m pongtools.samples record bench-b300 \\
+        --made "2026-11-22 at 21:05 UTC, commit 04c0f3a, AMD EPYC, 2 cores" < pasted.txt
+
 A figure in a sentence comes from a line the command prints now (line_of): cog writes the sentence;
 a Markdown table a command prints (make compare ARGS=--markdown) becomes the page's table (table).
 
@@ -139,6 +146,22 @@ def save(name, commands, keep=None, tail=None):
     return SAMPLES / f"{name}.txt"
 
 
+RECORDED = re.compile(r"\d{4}-\d{2}-\d{2}\b.*\bcommit [0-9a-f]{7,40}\b")
+
+
+def record(name, made, lines, folder=SAMPLES):
+    """Keep the pasted output of an earlier real run as docs/samples/<name>.txt, headed by `made`: the date,
+    commit and machine that made it, as the page said (a run too long to make again)."""
+    if not RECORDED.search(made):
+        raise ValueError(f"--made {made!r}: give the run's date (YYYY-MM-DD ...) and its commit (commit abc1234)")
+    if not lines:
+        raise ValueError("no output to keep: pass the pasted lines on stdin")
+    folder.mkdir(exist_ok=True)
+    path = folder / f"{name}.txt"
+    path.write_text("\n".join([f"# Recorded on {made}, pasted then and kept as it was", *lines]) + "\n")
+    return path
+
+
 def machine():
     """lscpu's model name and the core count: where a saved sample was made."""
     model = platform.processor() or "unknown CPU"
@@ -154,15 +177,25 @@ def machine():
 
 def main(argv=None):
     p = Parser(prog="python -m pongtools.samples", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(required=True, metavar="{save}")
+    sub = p.add_subparsers(required=True, dest="action", metavar="{save,record}")
     s = sub.add_parser("save", help="run commands now and keep their output as docs/samples/NAME.txt")
     s.add_argument("name", help="the sample's name: docs/samples/NAME.txt, read by saved('NAME') in a page")
     s.add_argument("commands", nargs="+", help="shell commands, run one after the other from the repo's root")
     s.add_argument("--keep", help="keep only output lines matching this regex")
     s.add_argument("--tail", type=int, help="keep only the last N lines of each command's output")
+    r = sub.add_parser("record", help="keep an earlier run's pasted output (stdin) as docs/samples/NAME.txt")
+    r.add_argument("name", help="the sample's name: docs/samples/NAME.txt, read by saved('NAME') in a page")
+    r.add_argument("--made", required=True, help="when, at which commit and where it was made, as the page says")
     args = p.parse_args(argv)
     if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", args.name):
         fail(f"sample name {args.name!r}: lower-case letters, digits and hyphens")
+    if args.action == "record":
+        try:
+            written = record(args.name, args.made, sys.stdin.read().splitlines())
+        except ValueError as e:
+            fail(str(e))
+        print(kv("sample", name=args.name, file=written.relative_to(REPO), recorded=args.made.split(" ")[0]))
+        return 0
     written = save(args.name, args.commands, args.keep, args.tail)
     print(kv("sample", name=args.name, file=written.relative_to(REPO), commands=len(args.commands)))
 
