@@ -32,3 +32,30 @@ def test_a_recorded_sample_without_its_date_or_commit_is_refused_in_one_line(mad
     )
     assert cli.returncode == 2 and cli.stderr.startswith("error: --made") and cli.stderr.count("\n") == 1, cli.stderr
     assert not (REPO / "docs" / "samples" / "nope.txt").exists()
+
+
+def test_a_saved_judge_becomes_the_tables_of_its_seeds_and_the_whole(tmp_path, monkeypatch):
+    seeds = [
+        f"seed={n} games=10 games_won={5 + n} agent_points={200 + n} computer_points=150 mean_point_difference={(50 + n) / 10}"
+        for n in range(4)
+    ]
+    whole = "judge update=56 games=40 games_won=26 agent_points=806 computer_points=600 mean_point_difference=5.15"
+    (tmp_path / "j.txt").write_text("\n".join(["# Made on ...", "$ make judge", *seeds, whole]) + "\n")
+    written = []
+    monkeypatch.setattr(samples, "SAMPLES", tmp_path)
+    monkeypatch.setattr(samples, "out", written.append)
+    samples.judge_tables("j")
+    first, second = written[0].split("\n\n")
+    assert first.splitlines() == [
+        "| seed | 0 | 1 |",
+        "| --- | --- | --- |",
+        "| games won | 5 | 6 |",
+        "| points | 200-150 | 201-150 |",
+        "| mean | +5.0 | +5.1 |",
+    ]
+    assert second.splitlines()[0] == "| seed | 2 | 3 | all 40 |"
+    assert second.splitlines()[2:] == [
+        "| games won | 7 | 8 | 26 |",
+        "| points | 202-150 | 203-150 | 806-600 |",
+        "| mean | +5.2 | +5.3 | +5.15 |",
+    ]

@@ -134,6 +134,33 @@ def saved(name):
     out(f"{header.removeprefix('# ')} (`docs/samples/{name}.txt`):\n\n{block(lines)}")
 
 
+def judge_tables(name):
+    """Write the saved `make judge` sample `name` as two Markdown tables, seeds 0-9 and 10-19 with the whole:
+    each seed's games won, points (agent-computer) and mean point difference."""
+    lines = (SAMPLES / f"{name}.txt").read_text().splitlines()
+    seeds = [fields(line) for line in lines if line.startswith("seed=")]
+    [whole] = [fields(line) for line in lines if line.startswith("judge ")]
+    half = (len(seeds) + 1) // 2
+    text = []
+    for part, last in ((seeds[:half], False), (seeds[half:], True)):
+        cells = {
+            "seed": [s["seed"] for s in part],
+            "games won": [s["games_won"] for s in part],
+            "points": [f"{s['agent_points']}-{s['computer_points']}" for s in part],
+            "mean": [f"{float(s['mean_point_difference']):+.1f}" for s in part],
+        }
+        if last:
+            agent, computer, games = (int(whole[k]) for k in ("agent_points", "computer_points", "games"))
+            cells["seed"].append(f"all {games}")
+            cells["games won"].append(whole["games_won"])
+            cells["points"].append(f"{agent:,}-{computer:,}")
+            cells["mean"].append(f"{(agent - computer) / games:+.2f}")
+        rows = [f"| {key} | {' | '.join(values)} |" for key, values in cells.items()]
+        rows.insert(1, "|" + " --- |" * (len(cells["seed"]) + 1))
+        text.append("\n".join(rows) + "\n")
+    out("\n".join(text))
+
+
 def save(name, commands, keep=None, tail=None):
     """Run the commands now and keep their transcript in docs/samples/<name>.txt, headed by the
     date, commit and machine that made it."""
