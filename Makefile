@@ -338,5 +338,5 @@ COG = PYTHONPATH=job/pong:job/tools cog -p "from pongtools.samples import judge_
 COG_ACTION ?= -r
 
 .PHONY: docs
-docs: $(TESTS) ## Regenerate every sample of README.md and docs/: cog re-runs the command beside each
+docs: $(TESTS) $(TOOLS) ## Regenerate every sample of README.md and docs/: cog re-runs the command beside each
 	$(COG) $(COG_ACTION) $(DOCS_PAGES)
