@@ -59,3 +59,12 @@ def test_a_saved_judge_becomes_the_tables_of_its_seeds_and_the_whole(tmp_path, m
         "| points | 202-150 | 203-150 | 806-600 |",
         "| mean | +5.2 | +5.3 | +5.15 |",
     ]
+
+
+def test_a_saved_sample_runs_a_command_named_twice_twice(tmp_path):
+    """A saved sample's commands change things (a trainer refused, then one that takes over): the same
+    command again is run again, not read from the first run's output."""
+    count = tmp_path / "count"
+    step = f"echo x >> {count}; wc -l < {count}"
+    path = samples.save("twice", [step, step], folder=tmp_path)
+    assert path.read_text().splitlines()[1:] == [f"$ {step}", "1", f"$ {step}", "2"]

@@ -62,10 +62,12 @@ def environment():
     return env
 
 
-def transcript(command, keep=None, tail=None, timeout=600):
+def transcript(command, keep=None, tail=None, timeout=600, again=False):
     """`$ command` and its output lines (keep: only those matching this regex; tail: the last N), run
-    by bash in the repository's root; once per cog run (a quick sample's command is deterministic)."""
-    lines = list(output(command, timeout))
+    by bash in the repository's root; once per cog run (a quick sample's command is deterministic),
+    or each time with again=True (a saved sample's commands change things: the same one twice may
+    print two different things)."""
+    lines = list((output.__wrapped__ if again else output)(command, timeout))
     if keep:
         lines = [line for line in lines if re.search(keep, line)]
     if tail:
@@ -161,16 +163,16 @@ def judge_tables(name):
     out("\n".join(text))
 
 
-def save(name, commands, keep=None, tail=None):
-    """Run the commands now and keep their transcript in docs/samples/<name>.txt, headed by the
-    date, commit and machine that made it."""
+def save(name, commands, keep=None, tail=None, folder=SAMPLES):
+    """Run the commands now, one after the other, and keep their transcript in docs/samples/<name>.txt,
+    headed by the date, commit and machine that made it."""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d at %H:%M UTC")
-    lines = [line for c in commands for line in transcript(c, keep, tail, timeout=None)]
+    lines = [line for c in commands for line in transcript(c, keep, tail, timeout=None, again=True)]
     header = f"# Made on {when}, commit {commit.stdout.strip()}, {machine()}"
-    SAMPLES.mkdir(exist_ok=True)
-    (SAMPLES / f"{name}.txt").write_text("\n".join([header, *lines]) + "\n")
-    return SAMPLES / f"{name}.txt"
+    folder.mkdir(exist_ok=True)
+    (folder / f"{name}.txt").write_text("\n".join([header, *lines]) + "\n")
+    return folder / f"{name}.txt"
 
 
 RECORDED = re.compile(r"\d{4}-\d{2}-\d{2}\b.*\bcommit [0-9a-f]{7,40}\b")
