@@ -2,6 +2,8 @@
 
     make up SPOT=1                  # workers on spot capacity; the head stays on demand
     make up MIN_WORKERS=0           # the head alone at first; the autoscaler adds workers when asked
+    make up AUTODOWN=60             # the head tears the cluster down 60 minutes after its last job
+    make up AUTODOWN=0              # no autodown: the cluster runs until `make down`
     make preflight SPOT=1           # checks the same copy: spot quota, spot price in each zone
     PYTHONPATH=job/pong .venv/bin/python cluster/variant.py cluster/aws.yaml --spot 1 --out /tmp/aws-spot.yaml
 
@@ -10,15 +12,17 @@ The YAML stays the one source of both choices: it holds an on-demand worker type
 carries InstanceMarketOptions, with none). The copy differs in worker counts only:
 --spot 1 gives the spot type the workers and the on-demand type none, and --min-workers N
 sets the minimum of whichever type has them. The head's type is never touched.
-Prints one line, `variant cluster=... out=... node_type=... market=... min_workers=N
-max_workers=M`; a mistake is one line and exit 2.
+--autodown N starts infra/autodown.py on the head, from the last of head_start_ray_commands, with
+--idle-minutes N, in place of the YAML's own (cluster/aws.yaml has one; local.yaml none); 0 leaves
+it out. Prints one line, `variant cluster=... out=... node_type=... market=... min_workers=N
+max_workers=M autodown_minutes=N|off`; a mistake is one line and exit 2.
 """
 
 import copy
 from pathlib import Path
 
 import yaml
-from pgpong.cli import Parser, at_least, fail  # job/pong on PYTHONPATH, as the Makefile sets it
+from pgpong.cli import Parser, at_least, checked, fail  # job/pong on PYTHONPATH, as the Makefile sets it
 from pgpong.logline import kv
 
 
@@ -54,16 +58,63 @@ def variant(config, spot, min_workers=None):
     return config, chosen[0]
 
 
+# How the head starts the watcher: in the background, out of the launcher's SSH session, a watcher
+# from an earlier `ray up` stopped first; its lines go to /tmp/ray/autodown.log in the head's container.
+AUTODOWN = "infra/autodown.py"
+AUTODOWN_COMMAND = (
+    "kill $(cat /tmp/ray/autodown.pid 2>/dev/null) 2>/dev/null; mkdir -p /tmp/ray;"
+    " (setsid nohup python /tmp/pong-build/infra/autodown.py --idle-minutes {minutes}"
+    " >> /tmp/ray/autodown.log 2>&1 < /dev/null & echo $! > /tmp/ray/autodown.pid)"
+)
+
+
+def autodown_minutes(config):
+    """The --idle-minutes of the watcher that config's head starts, or None when it starts none."""
+    for command in config.get("head_start_ray_commands", []):
+        if AUTODOWN in command:
+            return float(command.split("--idle-minutes", 1)[1].split()[0])
+    return None
+
+
+def with_autodown(config, minutes):
+    """A copy of config whose head starts the watcher with `minutes` (none when 0), in place of its own."""
+    config = copy.deepcopy(config)
+    commands = [c for c in config.get("head_start_ray_commands", []) if AUTODOWN not in c]
+    if minutes:
+        commands.append(AUTODOWN_COMMAND.format(minutes=f"{minutes:g}"))
+    config["head_start_ray_commands"] = commands
+    return config
+
+
+def minutes_or_off(text):
+    """AUTODOWN's value: minutes, 0 for none; ValueError otherwise."""
+    value = float(text)
+    if not 0 <= value < float("inf"):
+        raise ValueError
+    return value
+
+
 def main(argv=None):
     p = Parser(prog="variant", description=__doc__.splitlines()[0])
     p.add_argument("cluster", help="the cluster YAML, e.g. cluster/aws.yaml")
     p.add_argument("--spot", choices=["0", "1"], default="0", help="1: the workers on spot capacity (SPOT)")
     p.add_argument("--min-workers", type=at_least(0), help="the fewest workers (MIN_WORKERS; default: the YAML's)")
+    p.add_argument(
+        "--autodown",
+        type=checked(minutes_or_off, "minutes >= 0 (0: none)"),
+        help="minutes idle before the head tears the cluster down; 0: never",
+    )
     p.add_argument("--out", required=True, help="the YAML to write")
     a = p.parse_args(argv)
     try:
         config = yaml.safe_load(Path(a.cluster).read_text())
-        made, node_type = variant(config, a.spot == "1", a.min_workers)
+        made, node_type = config, None
+        # A YAML of node types (aws.yaml) always names its worker type; one without (local.yaml: a
+        # list of hosts) only when SPOT or MIN_WORKERS asks for one, which then says it has none.
+        if "available_node_types" in config or a.spot == "1" or a.min_workers is not None:
+            made, node_type = variant(config, a.spot == "1", a.min_workers)
+        if a.autodown is not None:
+            made = with_autodown(made, a.autodown)
     except (OSError, yaml.YAMLError, AttributeError) as error:
         fail(f"cannot read the cluster config {a.cluster} ({error.__class__.__name__}); pass CLUSTER=<file.yaml>")
     except ValueError as error:
@@ -72,22 +123,22 @@ def main(argv=None):
     out.parent.mkdir(parents=True, exist_ok=True)
     header = (
         f"# Written by cluster/variant.py from {a.cluster} (--spot {a.spot}"
-        f"{'' if a.min_workers is None else f' --min-workers {a.min_workers}'}): its worker counts are the only\n"
-        f"# difference. Do not edit: `make up` writes it again; the comments are in {a.cluster}.\n"
+        f"{'' if a.min_workers is None else f' --min-workers {a.min_workers}'}"
+        f"{'' if a.autodown is None else f' --autodown {a.autodown:g}'}): its worker counts and autodown are the\n"
+        f"# only possible differences. Do not edit: `make up` writes it again; the comments are in {a.cluster}.\n"
     )
     out.write_text(header + yaml.dump(made, Dumper=Expanded, sort_keys=False, width=120))
-    spec = made["available_node_types"][node_type]
-    print(
-        kv(
-            "variant",
-            cluster=a.cluster,
-            out=a.out,
+    workers = {}
+    if node_type:
+        spec = made["available_node_types"][node_type]
+        workers = dict(
             node_type=node_type,
             market="spot" if a.spot == "1" else "on-demand",
             min_workers=spec["min_workers"],
             max_workers=spec["max_workers"],
         )
-    )
+    minutes = autodown_minutes(made)
+    print(kv("variant", cluster=a.cluster, out=a.out, **workers, autodown_minutes=f"{minutes:g}" if minutes else "off"))
 
 
 if __name__ == "__main__":

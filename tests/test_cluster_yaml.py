@@ -161,6 +161,58 @@ def test_a_variant_moves_only_the_worker_counts(tmp_path, args, workers, least):
     assert config == original
 
 
+def autodown_commands(config):
+    return [c for c in config["head_start_ray_commands"] if "infra/autodown.py" in c]
+
+
+def test_aws_yaml_starts_autodown_on_the_head_after_ray_as_make_up_autodown_writes_it():
+    sys.path.insert(0, str(REPO / "cluster"))
+    from variant import AUTODOWN_COMMAND
+
+    config = prepared(REPO / "cluster" / "aws.yaml")
+    # After Ray (the watcher asks its Jobs API), once, with the default the YAML's comment justifies.
+    assert config["head_start_ray_commands"][-1] == AUTODOWN_COMMAND.format(minutes=20)
+    assert len(autodown_commands(config)) == 1
+    # The file it runs is one of the file_mounts, so the head has it.
+    assert config["file_mounts"]["/tmp/pong-build/infra"] == "./infra"
+    assert autodown_commands(prepared(REPO / "cluster" / "local.yaml")) == []  # your own hosts: off
+
+
+@pytest.mark.parametrize("minutes, expected", [("45", "45"), ("0.5", "0.5"), ("0", None)])
+def test_autodown_n_replaces_the_yamls_watcher_and_0_removes_it(tmp_path, minutes, expected):
+    made, config = write_variant(tmp_path, "--autodown", minutes)
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert fields(made.stdout.strip())["autodown_minutes"] == (expected or "off"), made.stdout
+    commands = autodown_commands(config)
+    assert [c.split("--idle-minutes ")[1].split()[0] for c in commands] == ([expected] if expected else [])
+    original = prepared(REPO / "cluster" / "aws.yaml")
+    for c in (config, original):
+        c["head_start_ray_commands"] = [x for x in c["head_start_ray_commands"] if x not in autodown_commands(c)]
+    assert config == original
+
+
+def test_local_yaml_takes_autodown_too(tmp_path):
+    out = tmp_path / "local-autodown.yaml"
+    made = run(
+        [
+            sys.executable,
+            str(REPO / "cluster" / "variant.py"),
+            "cluster/local.yaml",
+            "--autodown",
+            "30",
+            "--out",
+            str(out),
+        ],
+        clean_env(PYTHONPATH=str(JOB_DIR)),
+        timeout=60,
+    )
+    assert made.returncode == 0 and fields(made.stdout.strip())["autodown_minutes"] == "30", made.stdout + made.stderr
+    config = prepared(out)
+    assert (
+        len(autodown_commands(config)) == 1 and config["head_start_ray_commands"][-1].count("--idle-minutes 30 ") == 1
+    )
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -169,6 +221,8 @@ def test_a_variant_moves_only_the_worker_counts(tmp_path, args, workers, least):
             "variant: error: argument --spot: invalid choice: 'yes' (choose from '0', '1') (see --help)",
         ),
         (["--min-workers", "-1"], "variant: error: argument --min-workers: must be a whole number >= 0, not '-1'"),
+        (["--autodown", "soon"], "variant: error: argument --autodown: must be minutes >= 0 (0: none), not 'soon'"),
+        (["--autodown", "-5"], "variant: error: argument --autodown: must be minutes >= 0 (0: none), not '-5'"),
         (
             ["--min-workers", "11"],
             "error: cluster/aws.yaml allows at most 10 workers (max_workers), so MIN_WORKERS=11 is too many",
