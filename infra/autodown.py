@@ -108,7 +108,16 @@ def watch(address, idle_minutes, poll_s, teardown, clock=time.time, sleep=time.s
                 idle_s = clock() - since
                 if idle_s >= idle_minutes * 60:
                     say("down", idle_s=round(idle_s), **about)
-                    return teardown()
+                    try:
+                        return teardown()
+                    except Exception as error:  # boto3's errors, a missing module: say it, never hide it
+                        say(
+                            "failed",
+                            error=type(error).__name__,
+                            detail=str(error)[:300],
+                            note="the_cluster_may_still_bill",
+                        )
+                        return 1
                 say("idle", idle_s=round(idle_s), left_s=round(idle_minutes * 60 - idle_s))
         sleep(poll_s)
 
@@ -153,9 +162,10 @@ def aws_down(ec2, cluster_name):
     return done
 
 
-def teardown_for(config, down_command=None):
+def teardown_for(config, down_command=None, stop_command="ray stop"):
     """(what tears this cluster down, the provider's name): down_command if given, else by the provider
-    of the launcher's config. ValueError when the config cannot say."""
+    of the launcher's config, after stop_command (the head's Ray, its autoscaler with it). ValueError
+    when the config cannot say."""
     if down_command:
         return (lambda: shell(down_command)), "command"
     provider = config.get("provider", {}).get("type")
@@ -164,14 +174,16 @@ def teardown_for(config, down_command=None):
         def aws():
             import boto3  # on the head only: the image has it; the tests pass a client of their own
 
-            shell("ray stop")  # the autoscaler first: it must not launch a worker that nobody then ends
-            aws_down(boto3.client("ec2", region_name=config["provider"]["region"]), config["cluster_name"])
+            ec2 = boto3.client("ec2", region_name=config["provider"]["region"])
+            instances(ec2, config["cluster_name"])  # the role can see them: else stop nothing, say why
+            shell(stop_command)  # the autoscaler first: it must not launch a worker that nobody then ends
+            aws_down(ec2, config["cluster_name"])
             return 0
 
         return aws, provider
     if provider == "local":
         path = config["_path"]
-        return (lambda: shell(f"ray stop; ray down -y --workers-only {path} && ray down -y {path}")), provider
+        return (lambda: shell(f"{stop_command}; ray down -y --workers-only {path} && ray down -y {path}")), provider
     raise ValueError(f"provider {provider!r}: autodown knows aws and local; pass --down-command")
 
 

@@ -127,7 +127,8 @@ def test_on_aws_it_terminates_this_clusters_instances_only_workers_first_with_th
         as_head = boto3.session.Session().client("ec2")
         asked = []
         as_head.meta.events.register(
-            "provide-client-params.ec2.TerminateInstances", lambda params, **_: asked.append(sorted(params["InstanceIds"]))
+            "provide-client-params.ec2.TerminateInstances",
+            lambda params, **_: asked.append(sorted(params["InstanceIds"])),
         )
         done = autodown.aws_down(as_head, "pong")
         after = states(ec2)
@@ -138,6 +139,38 @@ def test_on_aws_it_terminates_this_clusters_instances_only_workers_first_with_th
     assert done == [("workers", workers), ("head", head)], done
     assert {after[i] for i in workers + head} <= {"shutting-down", "terminated"}, after
     assert {after[i] for i in other + untagged} == {"running"}, after
+
+
+def test_a_head_role_that_cannot_see_the_instances_stops_nothing_and_says_so(tmp_path, monkeypatch):
+    """The teardown the watcher runs on AWS, from the launcher's config, with a role short of
+    ec2:DescribeInstances: an error before anything is stopped (the head's Ray included: its stop
+    command here writes a file), and every instance still running."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    server, endpoint = moto_with_iam(tmp_path)
+    marker = tmp_path / "ray-stopped"
+    try:
+        use_aws(monkeypatch, endpoint, AWS_DEFAULT_REGION="us-west-2")
+        admin = iam_user(boto3.session.Session().client("iam"), "admin", "*")
+        use_aws(monkeypatch, endpoint, admin, AWS_DEFAULT_REGION="us-west-2")
+        setup = boto3.session.Session()
+        ec2 = setup.client("ec2")
+        ids = launch(ec2, 1, ray_cluster_name="pong", ray_node_type="head") + launch(
+            ec2, 2, ray_cluster_name="pong", ray_node_type="worker"
+        )
+        short = iam_user(setup.client("iam"), "short-role", ["ec2:TerminateInstances"])
+        use_aws(monkeypatch, endpoint, short, AWS_DEFAULT_REGION="us-west-2")
+        config = {"provider": {"type": "aws", "region": "us-west-2"}, "cluster_name": "pong"}
+        teardown, _ = autodown.teardown_for(config, stop_command=f"touch {marker}")
+        with pytest.raises(ClientError, match="DescribeInstances"):
+            teardown()
+        after = states(ec2)
+    finally:
+        server.kill()
+        server.wait()
+    assert not marker.exists(), "the head's Ray was stopped although the teardown could not go on"
+    assert {after[i] for i in ids} == {"running"}, after
 
 
 def test_the_launchers_config_chooses_the_teardown(tmp_path):

@@ -21,11 +21,14 @@ edit: head_ip, worker_ips, the SSH user and key (and here, the test's own token 
    goes on; Ray's autoscaler starts the worker again, the pool grows onto it (a `growing` line
    after the `dropped` ones, then `joined`), and the checkpoint after a stop equals a one-node
    run's of the same updates;
-5. `ray down -y`: no container on any host; then the hosts themselves are stopped, and no sshd,
-   dockerd, namespace or folder of theirs is left.
+5. down from the head: its autodown watcher (infra/autodown.py), started as `make up AUTODOWN=N`'s
+   YAML starts it, with a few seconds' idle time, runs Ray's teardown from the head over SSH: the
+   workers' containers stop first, the head's last, and no container is left on any host; then the
+   hosts themselves are stopped, and no sshd, dockerd, namespace or folder of theirs is left.
 
 It prints one line with the bring-up figures (docs/local-cluster.md and `make plan` use them):
 local_cluster nodes=3 head_up_s= workers_joined_s= image_s= job_s= lost_node_back_s= down_s= ...
+(down_s: from the watcher's `autodown down` line to the last container gone).
 """
 
 import ctypes
@@ -34,6 +37,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -58,6 +62,9 @@ from harness.launcher import (
 from harness.runs import assert_same_run, train_locally
 from ray.autoscaler.sdk import get_docker_host_mount_location
 
+sys.path.insert(0, str(REPO / "cluster"))
+from variant import AUTODOWN_COMMAND  # noqa: E402  (cluster/ is no package: `make up` runs variant.py)
+
 LOCAL_YAML = REPO / "cluster" / "local.yaml"
 COMMITTED = yaml.safe_load(LOCAL_YAML.read_text())
 CLUSTER_NAME = COMMITTED["cluster_name"]
@@ -71,6 +78,8 @@ BACK_TIMEOUT_S = 300  # 69 s here, beside a training run
 BATCH = 6  # two CPUs on each of three hosts: one episode for each actor
 UPDATES = 12
 CLONE_NEWNET = 0x40000000
+AUTODOWN_MINUTES = 0.1  # the watcher's first look finds the cluster idle; its next (30 s later) takes it down
+AUTODOWN_TIMEOUT_S = 300
 
 # Run in the head's container by `python -`: a task pinned to each alive node reports the thread
 # presets and BLAS threads of a worker process there, which its raylet started with the node's env.
@@ -428,20 +437,31 @@ def test_ray_up_launches_two_workers_that_train_and_one_comes_back(cluster, lan,
     after_loss = fetch_run(cluster, "/root/pong-runs/lan-lost", tmp_path / "lan-lost")
     assert_same_as_one_node(after_loss, last, tmp_path / "one-node-lost")
 
-    # 5. Down, and nothing left on any host.
+    # 5. Down from the head, by its autodown: the workers' containers first, the head's last, none left.
     cluster.tunnel.kill()
     cluster.tunnel.wait(timeout=30)
     cluster.tunnel = None
-    started = time.monotonic()
-    down = launcher(cluster, "down")
-    figures["down_s"] = round(time.monotonic() - started, 1)
-    assert down.returncode == 0, f"`ray down` failed:\n{tail(cluster.log)}"
-    left = {host.name: host.containers() for host in lan.hosts if host.containers()}
-    assert not left, f"`ray down` left containers: {left}"
+    started = head_exec(cluster, AUTODOWN_COMMAND.format(minutes=AUTODOWN_MINUTES))
+    assert started.returncode == 0, started.stdout + started.stderr
+    gone, log, down_at = {}, "", None
+    deadline = time.monotonic() + AUTODOWN_TIMEOUT_S
+    while len(gone) < len(lan.hosts) and time.monotonic() < deadline:
+        if down_at is None:
+            log = head_exec(cluster, "cat /tmp/ray/autodown.log").stdout or log
+            down_at = time.monotonic() if "autodown down " in log else None
+        for host in lan.hosts:
+            if host.name not in gone and CONTAINER not in host.containers():
+                gone[host.name] = time.monotonic()
+        time.sleep(0.5)
+    left = {host.name: host.containers() for host in lan.hosts if host.name not in gone}
+    assert not left, f"the head's autodown left containers: {left}; its log:\n{log}"
+    assert down_at is not None, f"no `autodown down` line seen:\n{log}"
+    assert max(gone["worker1"], gone["worker2"]) <= gone["head"], f"the head went before a worker: {gone}"
+    figures["down_s"] = round(gone["head"] - down_at, 1)
 
     print(
         "local_cluster nodes=3 "
         + " ".join(f"{k}={v}" for k, v in figures.items())
-        + f" episodes_by_node={done['episodes_by_node']} blas_threads=1 bitwise_equal=true"
+        + f" episodes_by_node={done['episodes_by_node']} blas_threads=1 bitwise_equal=true workers_down_first=true"
         + f" lost_job_updates={last} lost_job_episodes_by_node={done_lost['episodes_by_node']}"
     )
