@@ -9,7 +9,7 @@ Each step is the command a user would type, in order, each announced by a `make_
 2. tunnel: `ray dashboard` forwards the head's Jobs API to a free port here, for the steps below;
 3. submit: job/submit.py, as `make submit` (its id also goes to LAST_JOB_FILE, for `make logs`);
 4. follow: job/jobs.py logs, as `make logs`, to the job's end, then its status;
-5. fetch: the run's metrics.jsonl, run.json and newest checkpoint from the head (`ray rsync-down`) into
+5. fetch: the run's metrics.jsonl and newest checkpoint from the head (`ray rsync-down`) into
    OUT/run (a run dir on S3 is read where it is);
 6. ship: pongtools.ship and pongtools.plot, as `make ship` does, into OUT/agent: the agent
    (pong-agent.npz, float16), its metrics and curve.png; `make play CHECKPOINT=OUT/agent` plays it;
@@ -38,8 +38,8 @@ sys.path.insert(0, str(REPO / "job" / "pong"))
 from pgpong.cli import Parser, fail  # noqa: E402  (the job's package; the Makefile sets no PYTHONPATH here)
 from pgpong.logline import fields, kv  # noqa: E402
 
-# What the run leaves on the head that the agent needs; the newest ckpt-NNNNNN.npz is found there.
-RUN_FILES = ("metrics.jsonl", "run.json")
+# What of the run on the head the agent needs: its metrics, and the newest ckpt-NNNNNN.npz found there.
+RUN_FILES = ("metrics.jsonl",)
 CHECKPOINT = re.compile(r"^ckpt-\d+\.npz$")
 TUNNEL_WAIT_S = 120
 

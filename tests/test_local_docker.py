@@ -515,7 +515,7 @@ def test_make_run_trains_fetches_and_ships_the_agent_then_downs_the_cluster_even
     assert made.returncode == 0 and line["status"] == "SUCCEEDED" and line["cluster"] == "down", made.stdout[-3000:]
     assert line["agent"] == str(agent), line
     fetched = sorted(p.name for p in (tmp_path / "run" / "run").iterdir())
-    assert fetched == ["ckpt-000002.npz", "metrics.jsonl", "run.json"], fetched
+    assert fetched == ["ckpt-000002.npz", "metrics.jsonl"], fetched
     assert {"pong-agent.npz", "metrics.jsonl.gz", "curve.png"} <= {p.name for p in agent.iterdir()}, list(
         agent.iterdir()
     )
@@ -527,6 +527,10 @@ def test_make_run_trains_fetches_and_ships_the_agent_then_downs_the_cluster_even
         timeout=600,
     )
     assert played.returncode == 0 and (tmp_path / "game.gif").is_file(), played.stdout + played.stderr
+    # What a user saw, for docs/aws.md: the failed run's last line, Ctrl-C's message, the whole run's steps.
+    print(only(failed.stdout, "make_run status=")[-1])
+    print(next(text for text in err.splitlines() if text.startswith("make_run: interrupted")))
+    print("\n".join(only(made.stdout, "make_run ")))
     print(
         f"make_run status={line['status']} agent={agent} containers_left={containers_left} "
         f"seconds={seconds:.1f} job={line['job']}"
