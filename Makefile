@@ -15,6 +15,11 @@ CLUSTER ?= cluster/aws.yaml
 # Either launches a copy of CLUSTER that cluster/variant.py writes into VARIANT_DIR.
 SPOT ?= 0
 MIN_WORKERS ?=
+# `make up IMAGE=<registry>/<name:tag>`: every node pulls that image (as `make image-push` printed it)
+# instead of building it; also a copy of CLUSTER written by cluster/variant.py.
+IMAGE ?=
+# `make image-push`: the registry (host:port[/path]) to push the built image to.
+REGISTRY ?=
 VARIANT_DIR ?= .cache/cluster
 # A folder under job/: what Ray ships and runs.
 JOB ?= pong
@@ -84,8 +89,8 @@ LOCK := $(UV) pip compile --quiet --universal --python-version 3.11 --generate-h
 # The job's package is the folder inside job/$(JOB) that has a train module.
 PACKAGE = $(notdir $(patsubst %/train.py,%,$(wildcard job/$(JOB)/*/train.py)))
 JOBS = $(notdir $(patsubst %/,%,$(dir $(patsubst %/,%,$(dir $(wildcard job/*/*/train.py))))))
-# The launcher config of `make up` and `make preflight`: CLUSTER, or its variant for SPOT or MIN_WORKERS.
-LAUNCH = $(if $(filter-out 0,$(SPOT))$(MIN_WORKERS),$(VARIANT_DIR)/$(basename $(notdir $(CLUSTER)))-spot$(SPOT)$(if $(MIN_WORKERS),-min$(MIN_WORKERS)).yaml,$(CLUSTER))
+# The launcher config of `make up` and `make preflight`: CLUSTER, or its variant for SPOT, MIN_WORKERS or IMAGE.
+LAUNCH = $(if $(filter-out 0,$(SPOT))$(MIN_WORKERS)$(IMAGE),$(VARIANT_DIR)/$(basename $(notdir $(CLUSTER)))-spot$(SPOT)$(if $(MIN_WORKERS),-min$(MIN_WORKERS))$(if $(IMAGE),-pull).yaml,$(CLUSTER))
 # How every tool target runs its tool, $(PONGTOOLS).<tool>: a module of the tools package job/tools/pongtools
 # (never shipped), which imports the job's package pgpong (job/pong).
 PONGTOOLS = PYTHONPATH=job/pong:job/tools python -m pongtools
@@ -111,7 +116,7 @@ if [[ ! -f "$(CLUSTER)" ]]; then \
 endef
 define write-variant
 if [[ "$(LAUNCH)" != "$(CLUSTER)" ]]; then \
-  PYTHONPATH=job/pong $(BIN)/python cluster/variant.py $(CLUSTER) --spot "$(SPOT)" $(if $(MIN_WORKERS),--min-workers "$(MIN_WORKERS)") --out $(LAUNCH); fi
+  PYTHONPATH=job/pong $(BIN)/python cluster/variant.py $(CLUSTER) --spot "$(SPOT)" $(if $(MIN_WORKERS),--min-workers "$(MIN_WORKERS)") $(if $(IMAGE),--image "$(IMAGE)") --out $(LAUNCH); fi
 endef
 define need-job
 if [[ -z "$(PACKAGE)" ]]; then \
@@ -205,7 +210,7 @@ local-down: $(INSTALLED) ## Stop the head that local-up started, and only it (ot
 ##@ Launched cluster (the launcher config CLUSTER: cluster/aws.yaml, or cluster/local.yaml)
 
 .PHONY: up
-up: $(INSTALLED) token ## Launch or update the cluster: make token, then ray up -y CLUSTER (SPOT=1: spot workers; MIN_WORKERS=N)
+up: $(INSTALLED) token ## Launch or update the cluster: make token, then ray up -y CLUSTER (SPOT=1: spot workers; MIN_WORKERS=N; IMAGE=pulled)
 	@$(need-cluster-file)
 	@$(write-variant)
 	ray up -y $(LAUNCH)
@@ -225,6 +230,10 @@ down: $(INSTALLED) ## Tear the cluster down: ray down -y CLUSTER
 .PHONY: image
 image: ## Build the cluster image from infra/Dockerfile (name in infra/image.env); cached rebuilds take seconds
 	@infra/build-image.sh
+
+.PHONY: image-push
+image-push: ## Push the built image to REGISTRY (host:port[/path]) once; prints the IMAGE=... for `make up IMAGE=`
+	@REGISTRY="$(REGISTRY)" infra/push-image.sh
 
 .PHONY: preflight
 preflight: $(INSTALLED) ## Check CLUSTER (SPOT, MIN_WORKERS as for up) against your AWS account: credentials, quota, zones, AMI, key pair, cost
