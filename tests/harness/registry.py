@@ -16,6 +16,7 @@ does, and whatever it pulled or built is gone when it stops. It has no bridge an
 iptables rule (--bridge=none --iptables=false): its containers run with --network none.
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -92,15 +93,14 @@ class Registry:
         except (urllib.error.URLError, OSError):
             return False
 
-    def manifest_digest(self, name, tag):
-        """The digest the registry serves for name:tag (its Docker-Content-Digest header)."""
+    def manifest(self, name, tag):
+        """(digest, manifest) the registry serves for name:tag: its Docker-Content-Digest header, its JSON."""
         request = urllib.request.Request(
             f"http://{self.address}/v2/{name}/manifests/{tag}",
-            method="HEAD",
             headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
         )
         with urllib.request.urlopen(request, timeout=30) as response:
-            return response.headers["Docker-Content-Digest"]
+            return response.headers["Docker-Content-Digest"], json.loads(response.read())
 
     def stop(self):
         if self.process is not None:
