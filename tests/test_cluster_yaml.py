@@ -126,11 +126,11 @@ def test_aws_is_eleven_nodes_of_eighteen_cpus():
     assert spot_config == worker["node_config"]
 
 
-def write_variant(tmp_path, *args):
-    """cluster/variant.py on cluster/aws.yaml as the Makefile runs it: (process, the config it wrote)."""
+def write_variant(tmp_path, *args, cluster="cluster/aws.yaml"):
+    """cluster/variant.py on a cluster file as the Makefile runs it: (process, the config it wrote)."""
     out = tmp_path / "variant.yaml"
     made = run(
-        [sys.executable, str(REPO / "cluster" / "variant.py"), "cluster/aws.yaml", *args, "--out", str(out)],
+        [sys.executable, str(REPO / "cluster" / "variant.py"), cluster, *args, "--out", str(out)],
         clean_env(PYTHONPATH=str(JOB_DIR)),
         timeout=60,
     )
@@ -227,6 +227,11 @@ def test_local_yaml_takes_autodown_too(tmp_path):
             ["--min-workers", "11"],
             "error: cluster/aws.yaml allows at most 10 workers (max_workers), so MIN_WORKERS=11 is too many",
         ),
+        (
+            ["--image", IMAGE],
+            f"error: cluster/aws.yaml IMAGE={IMAGE} names no registry; pass IMAGE=<registry>/<name:tag> as make "
+            "image-push printed it",
+        ),
     ],
 )
 def test_a_wrong_variant_is_one_line_and_exit_2(tmp_path, args, message):
@@ -234,6 +239,52 @@ def test_a_wrong_variant_is_one_line_and_exit_2(tmp_path, args, message):
     assert made.returncode == 2 and made.stdout == "", made.stdout + made.stderr
     assert made.stderr.strip().startswith(message) and len(made.stderr.strip().splitlines()) == 1, made.stderr
     assert not (tmp_path / "variant.yaml").exists()
+
+
+ECR_IMAGE = f"123456789012.dkr.ecr.us-west-2.amazonaws.com/{IMAGE}"
+
+
+@pytest.mark.parametrize(
+    "cluster, image",
+    [("aws.yaml", f"127.0.0.1:5000/{IMAGE}"), ("local.yaml", f"10.0.0.2:5000/pong/{IMAGE}"), ("aws.yaml", ECR_IMAGE)],
+)
+def test_an_image_variant_pulls_the_image_in_place_of_the_build(tmp_path, cluster, image):
+    """make up IMAGE=...: docker.image is IMAGE, Ray pulls it before the container starts, and the build step
+    of initialization_commands is a pull of it (on ECR, after the credential helper's login)."""
+    made, config = write_variant(tmp_path, "--image", image, cluster=f"cluster/{cluster}")
+    assert made.returncode == 0, made.stdout + made.stderr
+    line = fields(made.stdout.strip())
+    # The worker counts stay the YAML's: named for a YAML of worker types (aws.yaml), not for one of hosts.
+    counts = ("ray.worker.default", "10", "10") if cluster == "aws.yaml" else (None, None, None)
+    assert (line.get("node_type"), line.get("min_workers"), line.get("max_workers")) == counts, made.stdout
+    assert line["image"] == image, made.stdout
+    original = prepared(REPO / "cluster" / cluster)
+    assert config["docker"] == {**original["docker"], "image": image, "pull_before_run": True}
+    *prepare, pull = config["initialization_commands"]
+    assert prepare == original["initialization_commands"][:-1]
+    assert not any("build-image.sh" in step for step in config["initialization_commands"]), pull
+    assert pull.endswith(f" && docker pull {image}" if image == ECR_IMAGE else f"docker pull {image}"), pull
+    if image == ECR_IMAGE:
+        # Docker's ECR helper logs in with the instance role's credentials at each pull (docs/aws.md).
+        login = '{"credHelpers": {"123456789012.dkr.ecr.us-west-2.amazonaws.com": "ecr-login"}}'
+        assert (
+            "install -y -qq amazon-ecr-credential-helper" in pull and f"echo '{login}' >~/.docker/config.json" in pull
+        )
+    else:
+        assert pull == f"docker pull {image}"
+    # Everything else is the cluster file's.
+    for key in ("docker", "initialization_commands"):
+        del config[key], original[key]
+    assert config == original
+
+
+def test_an_image_variant_keeps_spot_and_min_workers(tmp_path):
+    made, config = write_variant(tmp_path, "--spot", "1", "--min-workers", "2", "--image", ECR_IMAGE)
+    assert made.returncode == 0, made.stdout + made.stderr
+    line = fields(made.stdout.strip())
+    assert (line["node_type"], line["min_workers"], line["image"]) == ("ray.worker.spot", "2", ECR_IMAGE), line
+    assert config["available_node_types"]["ray.worker.spot"]["min_workers"] == 2
+    assert config["docker"]["image"] == ECR_IMAGE and config["initialization_commands"][-1].endswith(ECR_IMAGE)
 
 
 def test_aws_boots_canonicals_current_ubuntu_lts_and_installs_docker_from_it():
