@@ -527,11 +527,12 @@ def test_make_run_trains_fetches_and_ships_the_agent_then_downs_the_cluster_even
         timeout=600,
     )
     assert played.returncode == 0 and (tmp_path / "game.gif").is_file(), played.stdout + played.stderr
-    # What a user saw, for docs/aws.md: the failed run's last line, Ctrl-C's message, the whole run's steps.
-    print(only(failed.stdout, "make_run status=")[-1])
-    print(next(text for text in err.splitlines() if text.startswith("make_run: interrupted")))
-    print("\n".join(only(made.stdout, "make_run ")))
-    print(
-        f"make_run status={line['status']} agent={agent} containers_left={containers_left} "
-        f"seconds={seconds:.1f} job={line['job']}"
-    )
+    # What a user saw, for docs/aws.md (the test's temp folder as $TMP): the failed run's last line, Ctrl-C's
+    # message, the whole run's steps; then the test's summary.
+    seen = [
+        only(failed.stdout, "make_run status=")[-1],
+        next(text for text in err.splitlines() if text.startswith("make_run: interrupted")),
+        *only(made.stdout, "make_run "),
+        f"make_run status={line['status']} agent={agent} containers_left={containers_left} seconds={seconds:.1f}",
+    ]
+    print("\n" + "\n".join(seen).replace(str(tmp_path), "$TMP"))
