@@ -5,7 +5,8 @@
     .venv/bin/python job/launch.py --cluster cluster/aws.yaml --out runs/x -- --updates 60   # by hand
 
 Each step is the command a user would type, in order, each announced by a `make_run step=...` line:
-1. up: `ray up -y CLUSTER` (the Makefile passes the variant that SPOT, MIN_WORKERS or AUTODOWN ask for);
+1. up: `ray up -y --no-restart CLUSTER` (the Makefile passes the variant that SPOT, MIN_WORKERS, AUTODOWN
+   or IMAGE ask for); on a cluster already up (an earlier KEEP=1), Ray is not restarted: its jobs go on;
 2. tunnel: `ray dashboard` forwards the head's Jobs API to a free port here, for the steps below;
 3. submit: job/submit.py, as `make submit` (its id also goes to LAST_JOB_FILE, for `make logs`);
 4. follow: job/jobs.py logs, as `make logs`, to the job's end, then its status;
@@ -198,7 +199,7 @@ class Launch:
         say(step="up", cluster=self.a.cluster)
         self.up = True
         try:
-            if self.ray("up", "-y", self.a.cluster) != 0:
+            if self.ray("up", "-y", "--no-restart", self.a.cluster) != 0:
                 status = "UP_FAILED"
             else:
                 address = self.open_tunnel()
