@@ -28,9 +28,9 @@ import ray
 from ray.exceptions import RayError, RayTaskError
 
 from . import rollout
+from .actor import EnvRunnerActor
 from .config import Config
 from .logline import kv
-from .workers import Worker
 
 SAY_EVERY_S = 30  # while it waits, a `starting` line this often
 WAIT_S = 0.25  # ray.wait timeout: how soon the driver sees a signal (ray job stop) or a message
@@ -82,7 +82,7 @@ class RolloutPool:
         self.env_id = env_id
         self.out = out
         self.follow, self.limit = follow, limit or size
-        self.actors = [Worker.remote(env_id) for _ in range(size)]  # a dropped actor's slot is None
+        self.actors = [EnvRunnerActor.remote(env_id) for _ in range(size)]  # a dropped actor's slot is None
         probes = [a.describe.remote() for a in self.actors]
         ready = self.wait_to_start(probes, wait_s, check_stop)
         self.info = ray.get(ready)  # the actors that answered, in the order of their index
@@ -150,7 +150,7 @@ class RolloutPool:
             return
         for _ in range(grow):
             i = len(self.actors)
-            self.actors.append(Worker.remote(self.env_id))
+            self.actors.append(EnvRunnerActor.remote(self.env_id))
             self.probes[self.actors[i].describe.remote()] = i
             self.fresh.add(i)
         self.out(kv("growing", added=grow, actors=len(self.live()), cluster_cpus=cpus, limit=self.limit))
@@ -206,7 +206,7 @@ class RolloutPool:
         try:
             info = ray.get(ref)
         except RayError:  # gone for good (it could not restart): replace it
-            self.actors[i] = Worker.remote(self.env_id)
+            self.actors[i] = EnvRunnerActor.remote(self.env_id)
             self.probes[self.actors[i].describe.remote()] = i
             return
         self.node[i] = info["node"]
