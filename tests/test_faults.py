@@ -64,7 +64,7 @@ def wait_for_recovery(pool, timeout_s=120):
     while pool.probes and time.monotonic() < deadline:
         ready, _ = ray.wait(list(pool.probes), num_returns=1, timeout=1.0)
         for ref in ready:
-            pool._heard_from(ref)
+            pool.heard_from(ref)
     return not pool.probes
 
 
