@@ -63,7 +63,7 @@ class UpdateResult:
     """What one update played and summed, and what it cost."""
 
     results: list  # rollout.EpisodeResult of episodes 0..batch_size-1, in order
-    grads: dict  # the summed gradient, float32: {"W1": (H, D), "W2": (H,)}
+    sums: tuple  # the exact fixed-point sum of their gradients, int64: W1 transposed (D, H) and W2 (H,)
     driver_bytes: int  # bytes of the node sums the driver received
     rollout_s: float  # seconds handing out and playing episodes
     reduce_s: float  # seconds folding the sums into one
@@ -385,8 +385,8 @@ class Batch:
         self.ledger.check()
         ledger = {"ledger": "complete", "replayed": self.played - len(self.results), "discarded": self.ledger.discarded}
         actors = {"actors": len(self.players), "nodes": len(set(self.players.values()))}
-        grads = rollout.to_float(*self.total[:2])
-        return UpdateResult(self.results, grads, self.driver_bytes, rollout_s, reduce_s, ledger, actors)
+        sums = self.total[:2]
+        return UpdateResult(self.results, sums, self.driver_bytes, rollout_s, reduce_s, ledger, actors)
 
 
 class LedgerError(AssertionError):

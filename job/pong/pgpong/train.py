@@ -25,6 +25,7 @@ import numpy as np
 
 from . import checkpoint, config, policy, rollout, watch
 from .cli import fail
+from .learner import Learner
 from .lock import LockLost
 from .logline import kv, peak_rss_mb
 from .run import Run
@@ -52,6 +53,7 @@ class Trainer:
         self.cfg = cfg
         self.state = state
         self.run_dir = run  # the Run: its store, checkpoints and metrics
+        self.learner = Learner(state, cfg)  # the weights' and the RMSProp cache's one writer
         self.out = out
         self.records = []
 
@@ -92,16 +94,7 @@ class Trainer:
         played = self.pool.run_update(s.params, self.cfg.seed, update, self.cfg.batch_size, check_stop)
         results = played.results
         t1 = time.perf_counter()
-        s.rmsprop_steps += 1
-        corrected = self.cfg.rmsprop_start == "corrected"
-        policy.rmsprop_step(
-            s.params,
-            played.grads,
-            s.cache,
-            self.cfg.learning_rate,
-            self.cfg.rmsprop_decay,
-            s.rmsprop_steps if corrected else 0,
-        )
+        self.learner.step(played.sums)
         t2 = time.perf_counter()
         rewards = np.array([r.reward for r in results])
         steps = int(sum(r.steps for r in results))
