@@ -12,10 +12,22 @@ MAKEFLAGS += --no-print-directory
 CLUSTER ?= cluster/aws.yaml
 # `make up` and `make preflight`: SPOT=1 puts the workers on spot capacity (the head stays on demand);
 # MIN_WORKERS=N starts N workers (0 up to the YAML's most) and lets the autoscaler add the rest.
-# Either launches a copy of CLUSTER that cluster/variant.py writes into VARIANT_DIR.
+# AUTODOWN=N: the head tears the cluster down N minutes after its last job (0: never; empty: as the
+# YAML says: 20 for cluster/aws.yaml, none for cluster/local.yaml).
+# Any of them launches a copy of CLUSTER that cluster/variant.py writes into VARIANT_DIR.
 SPOT ?= 0
 MIN_WORKERS ?=
+AUTODOWN ?=
+# `make up IMAGE=<registry>/<name:tag>`: every node pulls that image (as `make image-push` printed it)
+# instead of building it; also a copy of CLUSTER written by cluster/variant.py.
+IMAGE ?=
+# `make image-push`: the registry (host:port[/path]) to push the built image to.
+REGISTRY ?=
 VARIANT_DIR ?= .cache/cluster
+# `make run`: KEEP=1 leaves the cluster up at the end; OUT is the local folder of the run and its agent
+# (default runs/<time>).
+KEEP ?= 0
+OUT ?=
 # A folder under job/: what Ray ships and runs.
 JOB ?= pong
 # Extra arguments for the job's trainer, e.g. ARGS="--updates 10".
@@ -84,8 +96,8 @@ LOCK := $(UV) pip compile --quiet --universal --python-version 3.11 --generate-h
 # The job's package is the folder inside job/$(JOB) that has a train module.
 PACKAGE = $(notdir $(patsubst %/train.py,%,$(wildcard job/$(JOB)/*/train.py)))
 JOBS = $(notdir $(patsubst %/,%,$(dir $(patsubst %/,%,$(dir $(wildcard job/*/*/train.py))))))
-# The launcher config of `make up` and `make preflight`: CLUSTER, or its variant for SPOT or MIN_WORKERS.
-LAUNCH = $(if $(filter-out 0,$(SPOT))$(MIN_WORKERS),$(VARIANT_DIR)/$(basename $(notdir $(CLUSTER)))-spot$(SPOT)$(if $(MIN_WORKERS),-min$(MIN_WORKERS)).yaml,$(CLUSTER))
+# The launcher config of `make up` and `make preflight`: CLUSTER, or its variant for SPOT, MIN_WORKERS, AUTODOWN or IMAGE.
+LAUNCH = $(if $(filter-out 0,$(SPOT))$(MIN_WORKERS)$(AUTODOWN)$(IMAGE),$(VARIANT_DIR)/$(basename $(notdir $(CLUSTER)))-spot$(SPOT)$(if $(MIN_WORKERS),-min$(MIN_WORKERS))$(if $(AUTODOWN),-autodown$(AUTODOWN))$(if $(IMAGE),-pull).yaml,$(CLUSTER))
 # How every tool target runs its tool, $(PONGTOOLS).<tool>: a module of the tools package job/tools/pongtools
 # (never shipped), which imports the job's package pgpong (job/pong).
 PONGTOOLS = PYTHONPATH=job/pong:job/tools python -m pongtools
@@ -111,7 +123,7 @@ if [[ ! -f "$(CLUSTER)" ]]; then \
 endef
 define write-variant
 if [[ "$(LAUNCH)" != "$(CLUSTER)" ]]; then \
-  PYTHONPATH=job/pong $(BIN)/python cluster/variant.py $(CLUSTER) --spot "$(SPOT)" $(if $(MIN_WORKERS),--min-workers "$(MIN_WORKERS)") --out $(LAUNCH); fi
+  PYTHONPATH=job/pong $(BIN)/python cluster/variant.py $(CLUSTER) --spot "$(SPOT)" $(if $(MIN_WORKERS),--min-workers "$(MIN_WORKERS)") $(if $(AUTODOWN),--autodown "$(AUTODOWN)") $(if $(IMAGE),--image "$(IMAGE)") --out $(LAUNCH); fi
 endef
 define need-job
 if [[ -z "$(PACKAGE)" ]]; then \
@@ -205,10 +217,17 @@ local-down: $(INSTALLED) ## Stop the head that local-up started, and only it (ot
 ##@ Launched cluster (the launcher config CLUSTER: cluster/aws.yaml, or cluster/local.yaml)
 
 .PHONY: up
-up: $(INSTALLED) token ## Launch or update the cluster: make token, then ray up -y CLUSTER (SPOT=1: spot workers; MIN_WORKERS=N)
+up: $(INSTALLED) token ## Launch or update the cluster: make token, then ray up -y CLUSTER (SPOT=1: spot workers; MIN_WORKERS=N; AUTODOWN=N minutes)
 	@$(need-cluster-file)
 	@$(write-variant)
 	ray up -y $(LAUNCH)
+
+.PHONY: run
+run: $(TOOLS) token ## Up, submit JOB with ARGS, follow, fetch the run, ship its agent into OUT, down (KEEP=1: stay up)
+	@$(need-cluster-file)
+	@$(need-job)
+	@$(write-variant)
+	@python job/launch.py --cluster $(LAUNCH) --down-cluster $(CLUSTER) --job $(JOB) $(if $(OUT),--out "$(OUT)") $(if $(filter-out 0,$(KEEP)),--keep) -- $(ARGS)
 
 .PHONY: dashboard
 dashboard: $(INSTALLED) ## Forward the cluster's dashboard to 127.0.0.1:8265 (keep it running)
@@ -225,6 +244,10 @@ down: $(INSTALLED) ## Tear the cluster down: ray down -y CLUSTER
 .PHONY: image
 image: ## Build the cluster image from infra/Dockerfile (name in infra/image.env); cached rebuilds take seconds
 	@infra/build-image.sh
+
+.PHONY: image-push
+image-push: ## Push the built image to REGISTRY (host:port[/path]) once; prints the IMAGE=... for `make up IMAGE=`
+	@REGISTRY="$(REGISTRY)" infra/push-image.sh
 
 .PHONY: preflight
 preflight: $(INSTALLED) ## Check CLUSTER (SPOT, MIN_WORKERS as for up) against your AWS account: credentials, quota, zones, AMI, key pair, cost
@@ -333,10 +356,10 @@ compare: $(INSTALLED) ## Running reward of the run dirs RUNS at AT episodes (ARG
 # cog (cogapp) runs the Python in a Markdown comment beside each sample and writes its output below it
 # (docs/development.md#the-docs); pongtools.samples holds what those comments call.
 DOCS_PAGES = README.md $(wildcard docs/*.md)
-COG = PYTHONPATH=job/pong:job/tools cog -p "from pongtools.samples import line_of, saved, shell, table"
+COG = PYTHONPATH=job/pong:job/tools cog -p "from pongtools.samples import judge_tables, line_of, saved, shell, table"
 # `make docs` rewrites the pages (-r); tests/test_docs.py runs it with COG_ACTION=--check, which fails on a stale one.
 COG_ACTION ?= -r
 
 .PHONY: docs
-docs: $(TESTS) ## Regenerate every sample of README.md and docs/: cog re-runs the command beside each
+docs: $(TESTS) $(TOOLS) ## Regenerate every sample of README.md and docs/: cog re-runs the command beside each
 	$(COG) $(COG_ACTION) $(DOCS_PAGES)

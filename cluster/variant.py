@@ -1,24 +1,34 @@
-"""Writes the copy of a cluster YAML that `make up` and `make preflight` launch for SPOT=1 or MIN_WORKERS=N.
+"""Writes the copy of a cluster YAML that `make up` and `make preflight` launch for SPOT=1, MIN_WORKERS=N, AUTODOWN=N or IMAGE.
 
     make up SPOT=1                  # workers on spot capacity; the head stays on demand
     make up MIN_WORKERS=0           # the head alone at first; the autoscaler adds workers when asked
+    make up AUTODOWN=60             # the head tears the cluster down 60 minutes after its last job
+    make up AUTODOWN=0              # no autodown: the cluster runs until `make down`
+    make up IMAGE=127.0.0.1:5000/pong-on-ray:ray2.60.0-py311   # every node pulls the image `make image-push` pushed
     make preflight SPOT=1           # checks the same copy: spot quota, spot price in each zone
     PYTHONPATH=job/pong .venv/bin/python cluster/variant.py cluster/aws.yaml --spot 1 --out /tmp/aws-spot.yaml
 
 The YAML stays the one source of both choices: it holds an on-demand worker type
 (ray.worker.default, with the workers) and a spot one (ray.worker.spot, whose node_config
-carries InstanceMarketOptions, with none). The copy differs in worker counts only:
+carries InstanceMarketOptions, with none). For those, the copy differs in worker counts only:
 --spot 1 gives the spot type the workers and the on-demand type none, and --min-workers N
 sets the minimum of whichever type has them. The head's type is never touched.
-Prints one line, `variant cluster=... out=... node_type=... market=... min_workers=N
-max_workers=M`; a mistake is one line and exit 2.
+--autodown N starts infra/autodown.py on the head, from the last of head_start_ray_commands, with
+--idle-minutes N, in place of the YAML's own (cluster/aws.yaml has one; local.yaml none); 0 leaves
+it out. --image NAME (with_image) makes every node pull NAME instead of building the image. Alone,
+either leaves the worker counts as they are, so both fit cluster/local.yaml too, which has no worker
+types. Prints one line, `variant cluster=... out=... node_type=... market=... min_workers=N
+max_workers=M autodown_minutes=N|off image=...` (node_type to max_workers only for a YAML of worker
+types or when SPOT or MIN_WORKERS change them); a mistake is one line and exit 2.
 """
 
 import copy
+import re
+import shlex
 from pathlib import Path
 
 import yaml
-from pgpong.cli import Parser, at_least, fail  # job/pong on PYTHONPATH, as the Makefile sets it
+from pgpong.cli import Parser, at_least, checked, fail  # job/pong on PYTHONPATH, as the Makefile sets it
 from pgpong.logline import kv
 
 
@@ -54,16 +64,108 @@ def variant(config, spot, min_workers=None):
     return config, chosen[0]
 
 
+# How the head starts the watcher: in the background, out of the launcher's SSH session, a watcher
+# from an earlier `ray up` stopped first; its lines go to /tmp/ray/autodown.log in the head's container.
+AUTODOWN = "infra/autodown.py"
+AUTODOWN_COMMAND = (
+    "kill $(cat /tmp/ray/autodown.pid 2>/dev/null) 2>/dev/null; mkdir -p /tmp/ray;"
+    " (setsid nohup python /tmp/pong-build/infra/autodown.py --idle-minutes {minutes}"
+    " >> /tmp/ray/autodown.log 2>&1 < /dev/null & echo $! > /tmp/ray/autodown.pid)"
+)
+
+
+def autodown_minutes(config):
+    """The --idle-minutes of the watcher that config's head starts, or None when it starts none."""
+    for command in config.get("head_start_ray_commands", []):
+        if AUTODOWN in command:
+            return float(command.split("--idle-minutes", 1)[1].split()[0])
+    return None
+
+
+def with_autodown(config, minutes):
+    """A copy of config whose head starts the watcher with `minutes` (none when 0), in place of its own."""
+    config = copy.deepcopy(config)
+    commands = [c for c in config.get("head_start_ray_commands", []) if AUTODOWN not in c]
+    if minutes:
+        commands.append(AUTODOWN_COMMAND.format(minutes=f"{minutes:g}"))
+    config["head_start_ray_commands"] = commands
+    return config
+
+
+def minutes_or_off(text):
+    """AUTODOWN's value: minutes, 0 for none; ValueError otherwise."""
+    value = float(text)
+    if not 0 <= value < float("inf"):
+        raise ValueError
+    return value
+
+
+# A registry of Amazon ECR: <account>.dkr.ecr.<region>.amazonaws.com (.com.cn in China's regions).
+ECR_HOST = re.compile(r"^\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(\.cn)?$")
+# The build step of the YAMLs' initialization_commands: what a pull replaces.
+BUILD_STEP = re.compile(r"^bash \S+/infra/build-image\.sh$")
+
+
+def pull_command(image):
+    """The host command that pulls image. From ECR, after the instance role's login: Docker's
+    credential helper for ECR (Ubuntu's package amazon-ecr-credential-helper) fetches a token with
+    the node's instance-profile credentials at every pull, so no aws CLI and no expiring login."""
+    host = image.split("/", 1)[0]
+    pull = f"docker pull {shlex.quote(image)}"
+    if not ECR_HOST.match(host):
+        return pull
+    helper = (
+        "command -v docker-credential-ecr-login >/dev/null || { sudo apt-get -o DPkg::Lock::Timeout=600 update -qq"
+        " && sudo DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq"
+        " amazon-ecr-credential-helper; }"
+    )
+    config = f"""mkdir -p ~/.docker && echo '{{"credHelpers": {{"{host}": "ecr-login"}}}}' >~/.docker/config.json"""
+    return f"{helper} && {config} && {pull}"
+
+
+def with_image(config, image):
+    """A copy of a cluster config whose nodes pull `image` (REGISTRY/name:tag, as `make image-push`
+    printed it) instead of building one: docker.image is it, pull_before_run true (Ray's own
+    `docker pull` before it starts the container, so a tag pushed again is fetched again), and the
+    build step of initialization_commands becomes pull_command(image). ValueError says what is wrong."""
+    if "/" not in image or image.startswith("/") or not image.split("/", 1)[1]:
+        raise ValueError(
+            f"IMAGE={image} names no registry; pass IMAGE=<registry>/<name:tag> as make image-push printed it"
+        )
+    config = copy.deepcopy(config)
+    steps = config.get("initialization_commands", [])
+    builds = [n for n, step in enumerate(steps) if BUILD_STEP.match(step.strip())]
+    if len(builds) != 1:
+        raise ValueError(f"needs exactly one build step (bash .../infra/build-image.sh) to replace, has {len(builds)}")
+    steps[builds[0]] = pull_command(image)
+    config["docker"] = {**config.get("docker", {}), "image": image, "pull_before_run": True}
+    return config
+
+
 def main(argv=None):
     p = Parser(prog="variant", description=__doc__.splitlines()[0])
     p.add_argument("cluster", help="the cluster YAML, e.g. cluster/aws.yaml")
     p.add_argument("--spot", choices=["0", "1"], default="0", help="1: the workers on spot capacity (SPOT)")
     p.add_argument("--min-workers", type=at_least(0), help="the fewest workers (MIN_WORKERS; default: the YAML's)")
+    p.add_argument(
+        "--autodown",
+        type=checked(minutes_or_off, "minutes >= 0 (0: none)"),
+        help="minutes idle before the head tears the cluster down; 0: never",
+    )
+    p.add_argument("--image", help="REGISTRY/name:tag that every node pulls instead of building the image (IMAGE)")
     p.add_argument("--out", required=True, help="the YAML to write")
     a = p.parse_args(argv)
     try:
         config = yaml.safe_load(Path(a.cluster).read_text())
-        made, node_type = variant(config, a.spot == "1", a.min_workers)
+        made, node_type = config, None
+        # A YAML of node types (aws.yaml) always names its worker type; one without (local.yaml: a
+        # list of hosts) only when SPOT or MIN_WORKERS asks for one, which then says it has none.
+        if "available_node_types" in config or a.spot == "1" or a.min_workers is not None:
+            made, node_type = variant(config, a.spot == "1", a.min_workers)
+        if a.autodown is not None:
+            made = with_autodown(made, a.autodown)
+        if a.image:
+            made = with_image(made, a.image)
     except (OSError, yaml.YAMLError, AttributeError) as error:
         fail(f"cannot read the cluster config {a.cluster} ({error.__class__.__name__}); pass CLUSTER=<file.yaml>")
     except ValueError as error:
@@ -72,21 +174,25 @@ def main(argv=None):
     out.parent.mkdir(parents=True, exist_ok=True)
     header = (
         f"# Written by cluster/variant.py from {a.cluster} (--spot {a.spot}"
-        f"{'' if a.min_workers is None else f' --min-workers {a.min_workers}'}): its worker counts are the only\n"
-        f"# difference. Do not edit: `make up` writes it again; the comments are in {a.cluster}.\n"
+        f"{'' if a.min_workers is None else f' --min-workers {a.min_workers}'}"
+        f"{'' if a.autodown is None else f' --autodown {a.autodown:g}'}"
+        f"{f' --image {a.image}' if a.image else ''}): its worker counts, autodown and image are the only\n"
+        f"# possible differences. Do not edit: `make up` writes it again; the comments are in {a.cluster}.\n"
     )
     out.write_text(header + yaml.dump(made, Dumper=Expanded, sort_keys=False, width=120))
-    spec = made["available_node_types"][node_type]
-    print(
-        kv(
-            "variant",
-            cluster=a.cluster,
-            out=a.out,
+    workers = {}
+    if node_type:
+        spec = made["available_node_types"][node_type]
+        workers = dict(
             node_type=node_type,
             market="spot" if a.spot == "1" else "on-demand",
             min_workers=spec["min_workers"],
             max_workers=spec["max_workers"],
         )
+    minutes = autodown_minutes(made)
+    autodown = f"{minutes:g}" if minutes else "off"
+    print(
+        kv("variant", cluster=a.cluster, out=a.out, **workers, autodown_minutes=autodown, image=made["docker"]["image"])
     )
 
 

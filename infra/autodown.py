@@ -1,31 +1,44 @@
 """Tears the cluster down once no job has run for N minutes, from the head: the bill stops by itself,
 with no laptop needed.
 
-    python /tmp/pong-build/infra/autodown.py --idle-minutes 30        # on the head, in the background
+    python /tmp/pong-build/infra/autodown.py --idle-minutes 20        # on the head, in the background
 
-Every --poll-s seconds it asks the head's Jobs API (--address, with the cluster's token from
-RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token) for the cluster's jobs. A job that is PENDING or RUNNING
-holds the cluster up, whatever its age: this never stops a job. Once no job has been running for
---idle-minutes (counted from the end of the last one, or from the watcher's start when none ran),
-it runs --down-command once and exits. The default is Ray's own teardown of the cluster from its
-head, `ray down -y ~/ray_bootstrap_config.yaml`: the workers first, the head last; on AWS with the
-head's instance role, for the instances the launcher tagged with this cluster's name only; on the
-local provider over SSH with the key the launcher gave the head.
+cluster/aws.yaml starts it so from head_start_ray_commands (20 minutes; `make up AUTODOWN=N` sets N,
+AUTODOWN=0 leaves it out; docs/aws.md, Autodown). Every --poll-s seconds it asks the head's Jobs API
+(--address; by default the head's loopback at the --dashboard-port of the config's `ray start`, else
+8265; with the cluster's token from RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token) for the cluster's jobs.
+A job that is PENDING or RUNNING holds the cluster up, whatever its age: this never stops a job. Once
+no job has been running for --idle-minutes (counted from the end of the last one, or from the
+watcher's start when none ran), it tears the cluster down once and exits.
+
+How it tears down depends on the provider in the launcher's config on the head (--config,
+~/ray_bootstrap_config.yaml), and is the same order on both: first `ray stop` here, so the head's
+autoscaler can no longer launch a worker, then the workers, then the head.
+- aws: the EC2 instances tagged with this cluster's name (ray-cluster-name, which Ray's launcher sets),
+  with the head's own instance role (ec2:DescribeInstances and ec2:TerminateInstances): the workers'
+  first, the head's last. Another cluster's instances are never named.
+- local: Ray's own teardown from the head, `ray down --workers-only` then `ray down`, which stops each
+  node's container over SSH with the key the launcher gave the head (the hosts themselves stay up:
+  they are yours, not rented).
+--down-command replaces all of that with one shell command (the tests use it).
 
 When the Jobs API does not answer (the head's Ray restarting, say), it counts as busy: the watcher
 never tears down a cluster whose jobs it cannot see, and says so each time. Its lines are key=value:
 
-    autodown start idle_minutes=30 poll_s=30 address=http://127.0.0.1:8265
+    autodown start idle_minutes=20 poll_s=30 address=http://127.0.0.1:8265 provider=aws
     autodown busy running=1 idle_s=0
-    autodown idle idle_s=1500 left_s=300
-    autodown down idle_s=1800 command='ray down -y ~/ray_bootstrap_config.yaml'
+    autodown idle idle_s=900 left_s=300
+    autodown down idle_s=1200 provider=aws
+    autodown terminate kind=workers instances=10
+    autodown terminate kind=head instances=1
 
-Stdlib only: it runs with whatever Python the head has.
+Stdlib only, but for boto3 on AWS (the image has it): it runs with whatever Python the head has.
 """
 
 import argparse
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -35,15 +48,19 @@ import urllib.request
 from pathlib import Path
 
 ACTIVE = {"PENDING", "RUNNING"}
-DOWN = "ray down -y ~/ray_bootstrap_config.yaml"
+CONFIG = "~/ray_bootstrap_config.yaml"
+# The tags Ray's launcher puts on every instance it starts (ray.autoscaler.tags).
+CLUSTER_TAG, KIND_TAG = "ray-cluster-name", "ray-node-type"
+# Instances that bill, or may again: a stopped one keeps its disk.
+LIVE = ["pending", "running", "stopping", "stopped"]
 
 
-def say(kind, **fields):
+def say(what, **fields):
     words = []
     for key, value in fields.items():
         text = str(value)
         words.append(f"{key}={shlex.quote(text) if ' ' in text else text}")
-    print(" ".join(["autodown", kind, *words]), flush=True)
+    print(" ".join(["autodown", what, *words]), flush=True)
 
 
 def token():
@@ -73,10 +90,10 @@ def idle_since(listed, started):
     return max([started, *ends])
 
 
-def watch(address, idle_minutes, poll_s, down_command, clock=time.time, sleep=time.sleep):
-    """Poll until the cluster has been idle for idle_minutes, then run down_command; its exit status."""
+def watch(address, idle_minutes, poll_s, teardown, clock=time.time, sleep=time.sleep, **about):
+    """Poll until the cluster has been idle for idle_minutes, then call teardown(); its exit status."""
     started = clock()
-    say("start", idle_minutes=idle_minutes, poll_s=poll_s, address=address)
+    say("start", idle_minutes=idle_minutes, poll_s=poll_s, address=address, **about)
     while True:
         try:
             listed = jobs(address)
@@ -90,10 +107,91 @@ def watch(address, idle_minutes, poll_s, down_command, clock=time.time, sleep=ti
             else:
                 idle_s = clock() - since
                 if idle_s >= idle_minutes * 60:
-                    say("down", idle_s=round(idle_s), command=down_command)
-                    return subprocess.run(down_command, shell=True).returncode
+                    say("down", idle_s=round(idle_s), **about)
+                    try:
+                        return teardown()
+                    except Exception as error:  # boto3's errors, a missing module: say it, never hide it
+                        say(
+                            "failed",
+                            error=type(error).__name__,
+                            detail=str(error)[:300],
+                            note="the_cluster_may_still_bill",
+                        )
+                        return 1
                 say("idle", idle_s=round(idle_s), left_s=round(idle_minutes * 60 - idle_s))
         sleep(poll_s)
+
+
+def shell(command):
+    """Run a shell command, its output into ours; its exit status."""
+    say("run", command=command)
+    return subprocess.run(command, shell=True).returncode
+
+
+def instances(ec2, cluster_name):
+    """{instance id: its ray-node-type tag} of the live instances tagged with this cluster's name."""
+    found = {}
+    pages = ec2.get_paginator("describe_instances").paginate(
+        Filters=[
+            {"Name": f"tag:{CLUSTER_TAG}", "Values": [cluster_name]},
+            {"Name": "instance-state-name", "Values": LIVE},
+        ]
+    )
+    for page in pages:
+        for reservation in page["Reservations"]:
+            for instance in reservation["Instances"]:
+                tags = {tag["Key"]: tag["Value"] for tag in instance.get("Tags", [])}
+                found[instance["InstanceId"]] = tags.get(KIND_TAG, "")
+    return found
+
+
+def aws_down(ec2, cluster_name):
+    """Terminate this cluster's instances, the workers' first and the head's last (any instance of the
+    cluster not tagged head counts as a worker); [(kind, [ids])] in the order terminated."""
+    found = instances(ec2, cluster_name)
+    order = [
+        ("workers", sorted(i for i, kind in found.items() if kind != "head")),
+        ("head", sorted(i for i, kind in found.items() if kind == "head")),
+    ]
+    done = []
+    for kind, ids in order:
+        if ids:
+            ec2.terminate_instances(InstanceIds=ids)
+            say("terminate", kind=kind, instances=len(ids), ids=",".join(ids))
+            done.append((kind, ids))
+    return done
+
+
+def teardown_for(config, down_command=None, stop_command="ray stop"):
+    """(what tears this cluster down, the provider's name): down_command if given, else by the provider
+    of the launcher's config, after stop_command (the head's Ray, its autoscaler with it). ValueError
+    when the config cannot say."""
+    if down_command:
+        return (lambda: shell(down_command)), "command"
+    provider = config.get("provider", {}).get("type")
+    if provider == "aws":
+
+        def aws():
+            import boto3  # on the head only: the image has it; the tests pass a client of their own
+
+            ec2 = boto3.client("ec2", region_name=config["provider"]["region"])
+            instances(ec2, config["cluster_name"])  # the role can see them: else stop nothing, say why
+            shell(stop_command)  # the autoscaler first: it must not launch a worker that nobody then ends
+            aws_down(ec2, config["cluster_name"])
+            return 0
+
+        return aws, provider
+    if provider == "local":
+        path = config["_path"]
+        return (lambda: shell(f"{stop_command}; ray down -y --workers-only {path} && ray down -y {path}")), provider
+    raise ValueError(f"provider {provider!r}: autodown knows aws and local; pass --down-command")
+
+
+def dashboard_address(config):
+    """The head's Jobs API as the launcher's config starts it: --dashboard-port of its `ray start`, else Ray's
+    8265, on the head's loopback (both YAMLs keep the dashboard there)."""
+    found = re.search(r"--dashboard-port[= ](\d+)", " ".join(config.get("head_start_ray_commands", [])))
+    return f"http://127.0.0.1:{found.group(1) if found else 8265}"
 
 
 def minutes(text):
@@ -107,10 +205,23 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="autodown", description=__doc__.splitlines()[0])
     parser.add_argument("--idle-minutes", type=minutes, required=True, help="minutes without a running job")
     parser.add_argument("--poll-s", type=float, default=30.0, help="seconds between looks at the jobs")
-    parser.add_argument("--address", default="http://127.0.0.1:8265", help="the head's Jobs API")
-    parser.add_argument("--down-command", default=DOWN, help="what tears the cluster down (a shell command)")
+    parser.add_argument("--address", help="the head's Jobs API (default: from the config's `ray start`, else :8265)")
+    parser.add_argument("--config", default=CONFIG, help="the launcher's config on the head (JSON, as Ray writes it)")
+    parser.add_argument("--down-command", help="a shell command that tears the cluster down, instead of the provider's")
     a = parser.parse_args(argv)
-    sys.exit(watch(a.address, a.idle_minutes, a.poll_s, a.down_command))
+    config = {}
+    if not a.down_command:
+        path = os.path.expanduser(a.config)
+        try:
+            config = dict(json.loads(Path(path).read_text()), _path=path)
+        except (OSError, ValueError) as error:
+            parser.exit(2, f"autodown: cannot read the launcher's config {path} ({type(error).__name__})\n")
+    try:
+        teardown, provider = teardown_for(config, a.down_command)
+    except ValueError as error:
+        parser.exit(2, f"autodown: {error}\n")
+    address = a.address or dashboard_address(config)
+    sys.exit(watch(address, a.idle_minutes, a.poll_s, teardown, provider=provider))
 
 
 if __name__ == "__main__":

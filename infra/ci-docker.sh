@@ -7,8 +7,9 @@
 #
 # Installs from Debian what is missing: docker.io; debootstrap, which
 # infra/build-image.sh needs where Docker Hub cannot be reached; openssh-server,
-# openssh-client and rsync, through which Ray's launcher reaches a host. The SSH server
-# is only installed, never started: the test runs one of its own, on 127.0.0.1.
+# openssh-client and rsync, through which Ray's launcher reaches a host; docker-registry,
+# the registry tests/test_registry.py pushes the image to. The SSH server and the registry
+# are only installed, never started: the tests run their own, on 127.0.0.1.
 # Then starts dockerd unless an engine already answers, and waits until it does.
 # Running it again changes nothing. Needs root and apt-get (Debian or Ubuntu). Machines
 # without an init system (containers, CI sandboxes) get dockerd started here in the
@@ -26,12 +27,14 @@ command -v debootstrap >/dev/null || missing+=(debootstrap)
 [[ -x /usr/sbin/sshd ]] || missing+=(openssh-server)
 command -v ssh >/dev/null || missing+=(openssh-client)
 command -v rsync >/dev/null || missing+=(rsync)
+command -v docker-registry >/dev/null || missing+=(docker-registry)
 if ((${#missing[@]})); then
     [[ $EUID -eq 0 ]] || die "installing ${missing[*]} needs root; run this as root"
     command -v apt-get >/dev/null || die "no apt-get here; install ${missing[*]} with this system's package manager"
     say "installing ${missing[*]}"
     # Debian starts a service when its package is installed unless policy-rc.d says no
-    # (exit 101). The system's SSH server would take port 22 for good: say no to every
+    # (exit 101). The system's SSH server would take port 22 for good (and the registry
+    # port 5000): say no to every
     # start while installing, unless this machine already has a policy of its own.
     policy=/usr/sbin/policy-rc.d
     if [[ ! -e $policy ]]; then

@@ -486,6 +486,7 @@ def test_preflight_passes_a_large_quota_and_counts_what_already_runs(aws, monkey
     serve_ec2_quota(monkeypatch, 432)
     result = preflight(aws.env)
     assert result.returncode == 0, result.stdout + result.stderr
+    print("\n" + result.stdout)  # docs/aws.md's sample of preflight (docs/samples/preflight.txt, saved with -s)
     (quota,) = checks(result)["quota"]
     assert (quota["status"], quota["limit"], quota["in_use"], quota["need"]) == ("ok", "432", "0", "396")
 
@@ -545,6 +546,7 @@ def test_preflight_with_spot_prints_each_zones_spot_price_and_costs_the_workers_
     serve_spot_prices(monkeypatch, SPOT_HISTORY)
     made = make_preflight(tmp_path, "SPOT=1")
     assert made.returncode == 0, made.stdout + made.stderr
+    print("\n" + made.stdout)  # docs/aws.md's sample of it (docs/samples/preflight-spot.txt, saved with -s)
     found = checks(made)
     # the copy of the YAML `make up SPOT=1` launches, and what it puts on spot
     assert f"variant cluster=cluster/aws.yaml out={tmp_path / 'variant' / 'aws-spot1.yaml'} " in made.stdout

@@ -126,11 +126,11 @@ def test_aws_is_eleven_nodes_of_eighteen_cpus():
     assert spot_config == worker["node_config"]
 
 
-def write_variant(tmp_path, *args):
-    """cluster/variant.py on cluster/aws.yaml as the Makefile runs it: (process, the config it wrote)."""
+def write_variant(tmp_path, *args, cluster="cluster/aws.yaml"):
+    """cluster/variant.py on a cluster file as the Makefile runs it: (process, the config it wrote)."""
     out = tmp_path / "variant.yaml"
     made = run(
-        [sys.executable, str(REPO / "cluster" / "variant.py"), "cluster/aws.yaml", *args, "--out", str(out)],
+        [sys.executable, str(REPO / "cluster" / "variant.py"), cluster, *args, "--out", str(out)],
         clean_env(PYTHONPATH=str(JOB_DIR)),
         timeout=60,
     )
@@ -161,6 +161,58 @@ def test_a_variant_moves_only_the_worker_counts(tmp_path, args, workers, least):
     assert config == original
 
 
+def autodown_commands(config):
+    return [c for c in config["head_start_ray_commands"] if "infra/autodown.py" in c]
+
+
+def test_aws_yaml_starts_autodown_on_the_head_after_ray_as_make_up_autodown_writes_it():
+    sys.path.insert(0, str(REPO / "cluster"))
+    from variant import AUTODOWN_COMMAND
+
+    config = prepared(REPO / "cluster" / "aws.yaml")
+    # After Ray (the watcher asks its Jobs API), once, with the default the YAML's comment justifies.
+    assert config["head_start_ray_commands"][-1] == AUTODOWN_COMMAND.format(minutes=20)
+    assert len(autodown_commands(config)) == 1
+    # The file it runs is one of the file_mounts, so the head has it.
+    assert config["file_mounts"]["/tmp/pong-build/infra"] == "./infra"
+    assert autodown_commands(prepared(REPO / "cluster" / "local.yaml")) == []  # your own hosts: off
+
+
+@pytest.mark.parametrize("minutes, expected", [("45", "45"), ("0.5", "0.5"), ("0", None)])
+def test_autodown_n_replaces_the_yamls_watcher_and_0_removes_it(tmp_path, minutes, expected):
+    made, config = write_variant(tmp_path, "--autodown", minutes)
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert fields(made.stdout.strip())["autodown_minutes"] == (expected or "off"), made.stdout
+    commands = autodown_commands(config)
+    assert [c.split("--idle-minutes ")[1].split()[0] for c in commands] == ([expected] if expected else [])
+    original = prepared(REPO / "cluster" / "aws.yaml")
+    for c in (config, original):
+        c["head_start_ray_commands"] = [x for x in c["head_start_ray_commands"] if x not in autodown_commands(c)]
+    assert config == original
+
+
+def test_local_yaml_takes_autodown_too(tmp_path):
+    out = tmp_path / "local-autodown.yaml"
+    made = run(
+        [
+            sys.executable,
+            str(REPO / "cluster" / "variant.py"),
+            "cluster/local.yaml",
+            "--autodown",
+            "30",
+            "--out",
+            str(out),
+        ],
+        clean_env(PYTHONPATH=str(JOB_DIR)),
+        timeout=60,
+    )
+    assert made.returncode == 0 and fields(made.stdout.strip())["autodown_minutes"] == "30", made.stdout + made.stderr
+    config = prepared(out)
+    assert (
+        len(autodown_commands(config)) == 1 and config["head_start_ray_commands"][-1].count("--idle-minutes 30 ") == 1
+    )
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -169,9 +221,16 @@ def test_a_variant_moves_only_the_worker_counts(tmp_path, args, workers, least):
             "variant: error: argument --spot: invalid choice: 'yes' (choose from '0', '1') (see --help)",
         ),
         (["--min-workers", "-1"], "variant: error: argument --min-workers: must be a whole number >= 0, not '-1'"),
+        (["--autodown", "soon"], "variant: error: argument --autodown: must be minutes >= 0 (0: none), not 'soon'"),
+        (["--autodown", "-5"], "variant: error: argument --autodown: must be minutes >= 0 (0: none), not '-5'"),
         (
             ["--min-workers", "11"],
             "error: cluster/aws.yaml allows at most 10 workers (max_workers), so MIN_WORKERS=11 is too many",
+        ),
+        (
+            ["--image", IMAGE],
+            f"error: cluster/aws.yaml IMAGE={IMAGE} names no registry; pass IMAGE=<registry>/<name:tag> as make "
+            "image-push printed it",
         ),
     ],
 )
@@ -180,6 +239,52 @@ def test_a_wrong_variant_is_one_line_and_exit_2(tmp_path, args, message):
     assert made.returncode == 2 and made.stdout == "", made.stdout + made.stderr
     assert made.stderr.strip().startswith(message) and len(made.stderr.strip().splitlines()) == 1, made.stderr
     assert not (tmp_path / "variant.yaml").exists()
+
+
+ECR_IMAGE = f"123456789012.dkr.ecr.us-west-2.amazonaws.com/{IMAGE}"
+
+
+@pytest.mark.parametrize(
+    "cluster, image",
+    [("aws.yaml", f"127.0.0.1:5000/{IMAGE}"), ("local.yaml", f"10.0.0.2:5000/pong/{IMAGE}"), ("aws.yaml", ECR_IMAGE)],
+)
+def test_an_image_variant_pulls_the_image_in_place_of_the_build(tmp_path, cluster, image):
+    """make up IMAGE=...: docker.image is IMAGE, Ray pulls it before the container starts, and the build step
+    of initialization_commands is a pull of it (on ECR, after the credential helper's login)."""
+    made, config = write_variant(tmp_path, "--image", image, cluster=f"cluster/{cluster}")
+    assert made.returncode == 0, made.stdout + made.stderr
+    line = fields(made.stdout.strip())
+    # The worker counts stay the YAML's: named for a YAML of worker types (aws.yaml), not for one of hosts.
+    counts = ("ray.worker.default", "10", "10") if cluster == "aws.yaml" else (None, None, None)
+    assert (line.get("node_type"), line.get("min_workers"), line.get("max_workers")) == counts, made.stdout
+    assert line["image"] == image, made.stdout
+    original = prepared(REPO / "cluster" / cluster)
+    assert config["docker"] == {**original["docker"], "image": image, "pull_before_run": True}
+    *prepare, pull = config["initialization_commands"]
+    assert prepare == original["initialization_commands"][:-1]
+    assert not any("build-image.sh" in step for step in config["initialization_commands"]), pull
+    assert pull.endswith(f" && docker pull {image}" if image == ECR_IMAGE else f"docker pull {image}"), pull
+    if image == ECR_IMAGE:
+        # Docker's ECR helper logs in with the instance role's credentials at each pull (docs/aws.md).
+        login = '{"credHelpers": {"123456789012.dkr.ecr.us-west-2.amazonaws.com": "ecr-login"}}'
+        assert (
+            "install -y -qq amazon-ecr-credential-helper" in pull and f"echo '{login}' >~/.docker/config.json" in pull
+        )
+    else:
+        assert pull == f"docker pull {image}"
+    # Everything else is the cluster file's.
+    for key in ("docker", "initialization_commands"):
+        del config[key], original[key]
+    assert config == original
+
+
+def test_an_image_variant_keeps_spot_and_min_workers(tmp_path):
+    made, config = write_variant(tmp_path, "--spot", "1", "--min-workers", "2", "--image", ECR_IMAGE)
+    assert made.returncode == 0, made.stdout + made.stderr
+    line = fields(made.stdout.strip())
+    assert (line["node_type"], line["min_workers"], line["image"]) == ("ray.worker.spot", "2", ECR_IMAGE), line
+    assert config["available_node_types"]["ray.worker.spot"]["min_workers"] == 2
+    assert config["docker"]["image"] == ECR_IMAGE and config["initialization_commands"][-1].endswith(ECR_IMAGE)
 
 
 def test_aws_boots_canonicals_current_ubuntu_lts_and_installs_docker_from_it():

@@ -1,21 +1,24 @@
-"""The docs cannot drift from the code: samples, links, section names and sample log lines.
+"""The docs cannot drift from the code: samples, links, section names and saved sample log lines.
 
     .venv/bin/python -m pytest tests/test_docs.py -q     # the checks (about a minute: real tiny runs)
     .venv/bin/python tests/test_docs.py                  # print fresh sample lines of every kind
 
-What is checked, in README.md and docs/*.md:
-- every sample cog writes is what its command prints now (`make docs` with cog --check; the quick ones
-  run again, the slow ones read from docs/samples/): `make docs` rewrites them (docs/development.md,
-  The docs);
-- no sample names a Makefile line (make's `[Makefile:217: submit]` moves with every edit above it);
+cog checks the samples themselves: every block it writes is what its command prints now (`make docs`
+with cog --check; the quick ones run again, the slow ones read from docs/samples/), and `make docs`
+rewrites them (docs/development.md, The docs). What this file checks, cog cannot:
+- every output block of README.md and docs/*.md is one cog writes: a plain fenced block outside a cog
+  block is a pasted sample (a hand-written listing is tagged `text`);
+- a saved sample goes stale when the code changes a line it shows: every log line of docs/samples/
+  whose kind is start, update, trend, done, fault or bench carries exactly the fields the current
+  code prints for that kind;
+- no page or saved sample names a Makefile line (make's `[Makefile:217: submit]` moves with every
+  edit above it);
 - README.md stays at most 250 lines, its first 40 run the project, no table cell of it runs over 120
   characters, and every image in docs/images/ is shown somewhere;
 - every relative link, image included, names a file that exists, and every #anchor a
   heading of that file (GitHub's anchor rules);
 - every "docs/<file>.md, <Section>" that the code, the Makefile or a doc cites names a
-  real heading of that file (the form of the code's error messages);
-- every pasted sample log line in a plain code block whose kind is start, update, trend, done,
-  fault or bench carries exactly the fields the current code prints for that kind.
+  real heading of that file (the form of the code's error messages).
 
 The expected fields come from the code itself, never from a list in this file: the
 trainer and the benchmark are run for real, tiny (batch 2, one update, one actor), and
@@ -37,6 +40,7 @@ from harness.cluster import ray_head
 from harness.runs import trainer_env
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+SAVED = sorted((REPO / "docs" / "samples").glob("*.txt"))  # the slow samples' outputs, which cog blocks read
 # Files whose text may cite a docs section: the code, the Makefile, configs, the docs.
 CITING = [
     *DOCS,
@@ -56,24 +60,15 @@ KINDS = ("start", "update", "trend", "done", "fault", "bench")
 # -- markdown -------------------------------------------------------------------------
 
 
-def prose_and_blocks(text):
-    """(prose lines with their numbers, plain code-block lines with their numbers).
-
-    A plain block is a fenced block with no language or `text`/`console`: where output
-    is pasted. Blocks tagged bash, json and so on hold commands or files, not output.
-    """
-    prose, blocks = [], []
-    fence = None
+def prose_of(text):
+    """The lines outside fenced code blocks, with their numbers."""
+    prose, fenced = [], False
     for number, line in enumerate(text.splitlines(), 1):
-        stripped = line.strip()
-        if stripped.startswith("```"):
-            fence = None if fence is not None else stripped[3:].strip()
-            continue
-        if fence is None:
+        if line.strip().startswith("```"):
+            fenced = not fenced
+        elif not fenced:
             prose.append((number, line))
-        elif fence in ("", "text", "console"):
-            blocks.append((number, line))
-    return prose, blocks
+    return prose
 
 
 def slug(heading):
@@ -84,7 +79,7 @@ def slug(heading):
 
 def headings(path):
     """{heading text without markup: anchor} of one markdown file, duplicates numbered as GitHub does."""
-    prose, _ = prose_and_blocks(path.read_text())
+    prose = prose_of(path.read_text())
     found, seen = {}, {}
     for _, line in prose:
         m = re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)
@@ -102,7 +97,7 @@ IMG = re.compile(r'<img [^>]*src="([^"]+)"')  # an HTML image, as the README's f
 
 def broken_links(path):
     """Every relative link of one markdown file that names a missing file or anchor."""
-    prose, _ = prose_and_blocks(path.read_text())
+    prose = prose_of(path.read_text())
     broken = []
     for number, line in prose:
         code_free = re.sub(r"`[^`]*`", "", line)
@@ -154,16 +149,33 @@ def line_kind(line):
     return kind, frozenset(fields(line))
 
 
-def doc_samples():
-    """(where, kind, fields) for every sample log line in the docs' plain code blocks."""
+def saved_samples():
+    """(where, kind, fields) for every log line of the saved samples (docs/samples/*.txt)."""
     found = []
-    for path in DOCS:
-        _, blocks = prose_and_blocks(path.read_text())
-        for number, line in blocks:
+    for path in SAVED:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
             parsed = line_kind(line)
             if parsed:
                 found.append((f"{path.relative_to(REPO)}:{number}", *parsed))
     return found
+
+
+def pasted_blocks(path):
+    """The line numbers of the plain fenced blocks (output) of one page outside its cog blocks."""
+    pasted, in_cog, fence = [], False, None
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if "[[[cog" in line:
+            in_cog = True
+        elif "[[[end]]]" in line:
+            in_cog = False
+        elif line.strip().startswith("```"):
+            if fence is None:
+                fence = line.strip()[3:].strip()
+                if fence == "" and not in_cog:
+                    pasted.append(number)
+            else:
+                fence = None
+    return pasted
 
 
 def run_tiny(env, train_stdout=None):
@@ -273,7 +285,7 @@ def test_the_readmes_first_screen_runs_it_and_its_tables_stay_narrow():
     wanted = ["agent-game.gif", "agents-b50-b300.png", "make demo", "make test", "make up", "make submit JOB=pong"]
     wanted += ["make logs", "make down", "**Result.**"]
     assert not [w for w in wanted if w not in first], [w for w in wanted if w not in first]
-    prose, _ = prose_and_blocks(text)
+    prose = prose_of(text)
     wide = [
         f"README.md:{n}: {cell.strip()[:60]}... ({len(cell.strip())} characters)"
         for n, line in prose
@@ -313,12 +325,21 @@ def test_every_sample_is_what_its_command_prints_now():
     assert len(pages) >= 4, f"only {[p.name for p in pages]} carry cog blocks"
 
 
+def test_every_output_block_is_written_by_cog():
+    """A sample is the output of a command the page names beside it: a plain block outside cog's markers was
+    pasted by hand, and nothing would tell when it goes stale (docs/development.md, The docs)."""
+    pasted = [f"{path.relative_to(REPO)}:{n}" for path in DOCS for n in pasted_blocks(path)]
+    assert not pasted, "make these cog blocks (shell, or saved for a slow one) or tag a listing `text`:\n" + "\n".join(
+        pasted
+    )
+
+
 def test_no_sample_names_a_makefile_line():
     """make's error line names the Makefile's line (`make: *** [Makefile:217: submit] Error 1`), which moves
     with every edit above it; a sample shows it as pongtools.samples writes it, `make: *** [submit] Error 1`."""
     cited = [
         f"{path.relative_to(REPO)}:{n}: {line.strip()}"
-        for path in DOCS + sorted((REPO / "docs" / "samples").glob("*.txt"))
+        for path in DOCS + SAVED
         for n, line in enumerate(path.read_text().splitlines(), 1)
         if re.search(r"Makefile:\d+", line)
     ]
@@ -340,8 +361,10 @@ def test_no_code_or_doc_sends_readers_to_a_readme_section():
     assert not stale, f"cite the section's page instead, as 'docs/security.md, Token authentication': {stale}"
 
 
-def test_every_sample_log_line_has_exactly_the_fields_the_code_prints(expected):
-    samples = doc_samples()
+def test_every_saved_sample_log_line_has_exactly_the_fields_the_code_prints(expected):
+    """cog re-runs a quick sample; a saved one shows the lines of its day's code, and goes stale when a line
+    it shows gains or loses a field: re-save it with the command its file names."""
+    samples = saved_samples()
     kinds = {kind.split()[0] for _, kind, _ in samples}
     assert {"start", "update", "trend", "done", "fault", "bench"} <= kinds, f"samples found only of kinds {kinds}"
     stale = []
@@ -352,7 +375,7 @@ def test_every_sample_log_line_has_exactly_the_fields_the_code_prints(expected):
         elif fields not in allowed:
             nearest = min(allowed, key=lambda a: len(a ^ fields))
             stale.append(f"{where}: {kind} line missing {sorted(nearest - fields)}, extra {sorted(fields - nearest)}")
-    assert not stale, "stale samples (refresh: .venv/bin/python tests/test_docs.py):\n" + "\n".join(stale)
+    assert not stale, "stale saved samples (re-save each with the command its file names):\n" + "\n".join(stale)
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ def test_the_pool_grows_onto_a_joining_node_drops_it_when_it_dies_and_the_bits_s
         head = {n["node_id"] for n in cluster.alive_nodes()}
         submission = f"follow-{uuid.uuid4().hex[:8]}"
         # --updates 1000, not 0 (until stopped), so the update lines show progress= and eta_s=, as the
-        # sample pasted from this log in docs/aws.md does; the test stops the job long before.
+        # sample of this log in docs/aws.md does; the test stops the job long before.
         plain_submit(cluster, submission, *ARGS, "--updates", "1000", "--run-dir", str(run_dir))
         try:
             wait_for(cluster, submission, lambda t: len(lines_of(t, "update")) >= 2, what="two updates on the head")
@@ -111,6 +111,9 @@ def test_the_pool_grows_onto_a_joining_node_drops_it_when_it_dies_and_the_bits_s
     assert all(u["ledger"] == "complete" for _, u in updates)
     assert [r["update"] for r in read_metrics(run_dir)] == list(range(1, last + 1))
     assert_same_run(run_dir, reference)
+    # The job's log from the pool's growth on, which docs/aws.md shows (saved with pytest -s: its
+    # docs/samples/follow-log.txt names the command).
+    print("\n" + "\n".join(text.splitlines()[grew_at:]))
 
 
 @pytest.mark.slow  # a cluster of its own, two nodes started and one killed while a job trains: minutes
@@ -152,3 +155,61 @@ def test_an_actor_whose_node_died_before_it_answered_plays_on_the_next_node(tmp_
     [(_, joined)] = lines_of(text, "joined")
     assert (grew["added"], joined["actor"], joined["node"]) == ("1", "1", third[:8]), text[-4000:]
     assert not lines_of(text, "dropped"), text[-4000:]
+
+
+@pytest.mark.slow  # a cluster of its own, a node started while a job waits: a minute or two
+@pytest.mark.alone  # it starts a node while its job waits (see test_chaos.py)
+def test_a_job_on_a_head_without_cpus_waits_for_a_worker_and_grows_onto_it(tmp_path):
+    """An autoscaling cluster whose workers are all gone: a head of 0 CPUs. A job gives up after
+    --actor-wait-s in one line; the next waits (`starting ... need=1`), starts once a 2-CPU worker joins,
+    and asks for an actor on the worker's second CPU, which then plays too. docs/reliability.md shows
+    both logs (saved with pytest -s: docs/samples/no-worker.txt)."""
+    with two_node_cluster(second_node=False, head_cpus=0) as cluster:
+        alone = f"no-worker-{uuid.uuid4().hex[:8]}"
+        plain_submit(
+            cluster,
+            alone,
+            "--batch-size",
+            "2",
+            "--updates",
+            "1",
+            "--actor-wait-s",
+            "10",
+            "--run-dir",
+            str(tmp_path / "alone"),
+        )
+        alone_status = wait_until_done(cluster, alone, timeout_s=180)
+        alone_text = logs(cluster, alone)
+        submission = f"worker-joins-{uuid.uuid4().hex[:8]}"
+        plain_submit(
+            cluster, submission, "--batch-size", "4", "--updates", "1000", "--run-dir", str(tmp_path / "joins")
+        )
+        try:
+            wait_for(cluster, submission, lambda t: lines_of(t, "starting"), timeout_s=120, what="a starting line")
+            cluster.start_second_node(cpus=2)
+
+            def played_on_both(text):
+                joined = [n for n, _ in lines_of(text, "joined")]
+                return joined and any(u["actors"] == "2" for u in after(text, "update", joined[0]))
+
+            wait_for(cluster, submission, played_on_both, timeout_s=240, what="an update played by both actors")
+            stopped = run([RAY, "job", "stop", submission], cluster.client_env(), timeout=120)
+            assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+            wait_until_done(cluster, submission, timeout_s=120)
+            text = logs(cluster, submission)
+        finally:
+            run([RAY, "job", "stop", submission], cluster.client_env(), timeout=120)
+    assert alone_status == "FAILED", alone_text[-3000:]
+    assert lines_of(alone_text, "starting")[0][1]["need"] == "1", alone_text[-3000:]
+    assert "error: no rollout actor started in " in alone_text, alone_text[-3000:]
+    (_, waiting), *_ = lines_of(text, "starting")
+    assert (waiting["answered"], waiting["need"]) == ("0", "1"), text[-4000:]
+    [(_, start)] = lines_of(text, "start")
+    assert (start["cluster_cpus"], start["workers"]) == ("2", "1"), start
+    [(grew_at, grew)] = lines_of(text, "growing")
+    [(joined_at, _)] = lines_of(text, "joined")
+    assert grew["added"] == "1" and grew_at < joined_at, text[-4000:]
+    assert all(u["ledger"] == "complete" for _, u in lines_of(text, "update")), text[-4000:]
+    print(
+        f"\njob {alone} ({alone_status}):\n{alone_text.rstrip()}\njob {submission} (stopped by the test):\n{text.rstrip()}"
+    )

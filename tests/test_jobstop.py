@@ -110,6 +110,8 @@ def test_a_job_waiting_for_cpus_says_so_every_30_s_and_ray_job_stop_ends_it_in_s
         text = logs(ray_cluster, waiter)
         assert "\nstopping signal=SIGTERM during=starting resume_from_update=0\n" in "\n" + text, text[-3000:]
         assert "\nstart " not in "\n" + text, text[-3000:]
+        # docs/reliability.md's sample (docs/samples/wait-for-cpus.txt, saved with pytest -s)
+        print(f"\nray job stop took {took:.1f} s\n{text.rstrip()}")
     finally:
         stop_job(env, waiter)
         stop_job(env, holder)

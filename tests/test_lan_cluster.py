@@ -21,11 +21,17 @@ edit: head_ip, worker_ips, the SSH user and key (and here, the test's own token 
    goes on; Ray's autoscaler starts the worker again, the pool grows onto it (a `growing` line
    after the `dropped` ones, then `joined`), and the checkpoint after a stop equals a one-node
    run's of the same updates;
-5. `ray down -y`: no container on any host; then the hosts themselves are stopped, and no sshd,
-   dockerd, namespace or folder of theirs is left.
+5. `make run KEEP=1` from the lan on the cluster that is up: Ray is not restarted (the head still
+   knows step 4's job), a small job trains, its run is fetched from the head's container and its
+   agent shipped here, and the cluster stays up;
+6. down from the head: its autodown watcher (infra/autodown.py), started as `make up AUTODOWN=N`'s
+   YAML starts it, with a few seconds' idle time, runs Ray's teardown from the head over SSH: the
+   workers' containers stop first, the head's last, and no container is left on any host; then the
+   hosts themselves are stopped, and no sshd, dockerd, namespace or folder of theirs is left.
 
 It prints one line with the bring-up figures (docs/local-cluster.md and `make plan` use them):
-local_cluster nodes=3 head_up_s= workers_joined_s= image_s= job_s= lost_node_back_s= down_s= ...
+local_cluster nodes=3 head_up_s= workers_joined_s= image_s= job_s= lost_node_back_s= make_run_s= down_s= ...
+(down_s: from the watcher's `autodown down` line to the last container gone).
 """
 
 import ctypes
@@ -34,6 +40,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -58,6 +65,9 @@ from harness.launcher import (
 from harness.runs import assert_same_run, train_locally
 from ray.autoscaler.sdk import get_docker_host_mount_location
 
+sys.path.insert(0, str(REPO / "cluster"))
+from variant import AUTODOWN_COMMAND  # noqa: E402  (cluster/ is no package: `make up` runs variant.py)
+
 LOCAL_YAML = REPO / "cluster" / "local.yaml"
 COMMITTED = yaml.safe_load(LOCAL_YAML.read_text())
 CLUSTER_NAME = COMMITTED["cluster_name"]
@@ -71,6 +81,9 @@ BACK_TIMEOUT_S = 300  # 69 s here, beside a training run
 BATCH = 6  # two CPUs on each of three hosts: one episode for each actor
 UPDATES = 12
 CLONE_NEWNET = 0x40000000
+MAKE_RUN_ARGS = f"--batch-size {BATCH} --updates 2"
+AUTODOWN_MINUTES = 0.1  # the watcher's first look finds the cluster idle; its next (30 s later) takes it down
+AUTODOWN_TIMEOUT_S = 300
 
 # Run in the head's container by `python -`: a task pinned to each alive node reports the thread
 # presets and BLAS threads of a worker process there, which its raylet started with the node's env.
@@ -428,20 +441,58 @@ def test_ray_up_launches_two_workers_that_train_and_one_comes_back(cluster, lan,
     after_loss = fetch_run(cluster, "/root/pong-runs/lan-lost", tmp_path / "lan-lost")
     assert_same_as_one_node(after_loss, last, tmp_path / "one-node-lost")
 
-    # 5. Down, and nothing left on any host.
+    # 5. `make run KEEP=1` on the cluster that is up, from the laptop: Ray not restarted, a small job on the
+    #    three nodes, its run fetched from the head's container and its agent shipped here.
     cluster.tunnel.kill()
     cluster.tunnel.wait(timeout=30)
     cluster.tunnel = None
     started = time.monotonic()
-    down = launcher(cluster, "down")
-    figures["down_s"] = round(time.monotonic() - started, 1)
-    assert down.returncode == 0, f"`ray down` failed:\n{tail(cluster.log)}"
-    left = {host.name: host.containers() for host in lan.hosts if host.containers()}
-    assert not left, f"`ray down` left containers: {left}"
+    made = run(
+        lan.laptop(
+            [
+                "make",
+                "run",
+                f"CLUSTER={cluster.path}",
+                "KEEP=1",
+                f"OUT={tmp_path / 'make-run'}",
+                f"ARGS={MAKE_RUN_ARGS}",
+            ]
+        ),
+        clean_env(RAY_AUTH_TOKEN_PATH=str(cluster.token), LAST_JOB_FILE=str(tmp_path / "last-job")),
+        timeout=LAUNCHER_TIMEOUT_S,
+    )
+    figures["make_run_s"] = round(time.monotonic() - started, 1)
+    (last_line,) = [fields(text) for text in made.stdout.splitlines() if text.startswith("make_run status=")] or [{}]
+    assert made.returncode == 0 and last_line.get("cluster") == "up", made.stdout[-4000:] + made.stderr[-2000:]
+    assert last_line["status"] == "SUCCEEDED" and (tmp_path / "make-run" / "agent" / "pong-agent.npz").is_file()
+    # Ray was not restarted: the head still knows the job of step 4 (a restarted head forgets its jobs).
+    known = head_exec(cluster, f"RAY_AUTH_MODE=token ray job status {job_id}")
+    assert known.returncode == 0 and "STOPPED" in known.stdout, known.stdout + known.stderr
+    (done_run,) = [fields(text) for text in made.stdout.splitlines() if text.startswith("done ")]
+    figures["make_run_nodes"] = done_run["nodes"]
+
+    # 6. Down from the head, by its autodown: the workers' containers first, the head's last, none left.
+    started = head_exec(cluster, AUTODOWN_COMMAND.format(minutes=AUTODOWN_MINUTES))
+    assert started.returncode == 0, started.stdout + started.stderr
+    gone, log, down_at = {}, "", None
+    deadline = time.monotonic() + AUTODOWN_TIMEOUT_S
+    while len(gone) < len(lan.hosts) and time.monotonic() < deadline:
+        if down_at is None:
+            log = head_exec(cluster, "cat /tmp/ray/autodown.log").stdout or log
+            down_at = time.monotonic() if "autodown down " in log else None
+        for host in lan.hosts:
+            if host.name not in gone and CONTAINER not in host.containers():
+                gone[host.name] = time.monotonic()
+        time.sleep(0.5)
+    left = {host.name: host.containers() for host in lan.hosts if host.name not in gone}
+    assert not left, f"the head's autodown left containers: {left}; its log:\n{log}"
+    assert down_at is not None, f"no `autodown down` line seen:\n{log}"
+    assert max(gone["worker1"], gone["worker2"]) <= gone["head"], f"the head went before a worker: {gone}"
+    figures["down_s"] = round(gone["head"] - down_at, 1)
 
     print(
-        "local_cluster nodes=3 "
+        "\nlocal_cluster nodes=3 "
         + " ".join(f"{k}={v}" for k, v in figures.items())
-        + f" episodes_by_node={done['episodes_by_node']} blas_threads=1 bitwise_equal=true"
+        + f" episodes_by_node={done['episodes_by_node']} blas_threads=1 bitwise_equal=true workers_down_first=true"
         + f" lost_job_updates={last} lost_job_episodes_by_node={done_lost['episodes_by_node']}"
     )

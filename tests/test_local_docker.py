@@ -35,8 +35,10 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -45,7 +47,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from harness import RAY, REPO, clean_env, fields, run
+from harness import RAY, REPO, clean_env, fields, only, run
 from harness.launcher import (
     SSH_OPTIONS,
     clear,
@@ -59,6 +61,9 @@ from harness.launcher import (
     with_descendants,
 )
 from harness.processes import PORT_ATTEMPTS, free_port, with_new_ports
+
+sys.path.insert(0, str(REPO / "cluster"))
+from variant import with_autodown  # noqa: E402  (cluster/ is no package: `make up` runs variant.py as a script)
 
 LOCAL_YAML = REPO / "cluster" / "local.yaml"
 COMMITTED = yaml.safe_load(LOCAL_YAML.read_text())
@@ -218,7 +223,7 @@ def cluster_yaml(sshd, tmp_path):
     (start,) = [i for i, command in enumerate(config["head_start_ray_commands"]) if "ray start" in command]
     command = config["head_start_ray_commands"][start]
     assert " --port=6379 " in command, command
-    cluster = SimpleNamespace(path=tmp_path / "local.yaml", token=token, log=tmp_path / "launcher.log")
+    cluster = SimpleNamespace(path=tmp_path / "local.yaml", token=token, log=tmp_path / "launcher.log", autodown=None)
 
     def new_ports():
         """Write the YAML with free ports for the head, chosen now (see up_with_free_ports)."""
@@ -227,7 +232,9 @@ def cluster_yaml(sshd, tmp_path):
             f" --dashboard-port={dashboard_port} --ray-client-server-port={free_port()}"
             f" --dashboard-agent-listen-port={free_port()}"
         )
-        cluster.path.write_text(yaml.safe_dump(config, sort_keys=False))
+        # `make up AUTODOWN=N` launches what cluster/variant.py writes: the same head command.
+        written = with_autodown(config, cluster.autodown) if cluster.autodown else config
+        cluster.path.write_text(yaml.safe_dump(written, sort_keys=False))
         cluster.dashboard = f"http://127.0.0.1:{dashboard_port}"
 
     cluster.new_ports = new_ports
@@ -378,3 +385,154 @@ def test_ray_up_local_yaml_trains_pong_in_a_container(cluster_yaml, tmp_path):
         + " ".join(f"{step}_s={value}" for step, value in seconds.items())
     )
     print(done[-1])
+
+
+# Autodown's test: the head's watcher with a 1-minute idle time, and a job that runs past it.
+AUTODOWN_MINUTES = 1
+BUSY_JOB_S = 80  # longer than AUTODOWN_MINUTES, counted from `ray up`'s end (the watcher starts a little before)
+AUTODOWN_POLL_S = 30  # infra/autodown.py's default
+TEARDOWN_S = 120  # Ray's `ray stop`, `ray down --workers-only` and `ray down` from the head
+
+
+def autodown_log():
+    """The head's autodown lines, while its container exists."""
+    read = subprocess.run(
+        ["docker", "exec", CONTAINER, "cat", "/tmp/ray/autodown.log"], capture_output=True, text=True, timeout=60
+    )
+    return read.stdout
+
+
+@pytest.mark.docker
+def test_autodown_on_the_head_spares_a_running_job_then_tears_the_idle_cluster_down(cluster_yaml, tmp_path):
+    cluster_yaml.autodown = AUTODOWN_MINUTES
+    cluster_yaml.new_ports()  # writes the YAML again, now with the watcher
+    up = up_with_free_ports(cluster_yaml)
+    assert up.returncode == 0, f"`ray up` failed:\n{tail(cluster_yaml.log)}"
+    token, dashboard = cluster_yaml.token.read_text().strip(), cluster_yaml.dashboard
+    assert dashboard_answer(dashboard, token) == 200, tail(cluster_yaml.log)
+    client = clean_env(RAY_ADDRESS=dashboard, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(cluster_yaml.token))
+    job_id = f"busy-{os.getpid()}"
+    submitted = run(
+        [RAY, "job", "submit", "--no-wait", "--submission-id", job_id, "--", "sleep", str(BUSY_JOB_S)], client
+    )
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    submitted_at = time.time()
+
+    # Past the idle time, the job still runs and the cluster is still there.
+    time.sleep(AUTODOWN_MINUTES * 60 + 10)
+    status = (jobs_api(dashboard, f"/api/jobs/{job_id}", token)[1] or {}).get("status")
+    log = autodown_log()
+    assert container_exists() and status == "RUNNING", f"{status}, the watcher:\n{log}"
+    assert "autodown busy running=1" in log and "autodown down" not in log, log
+    busy_spared = True
+
+    deadline = submitted_at + BUSY_JOB_S + 120
+    while status != "SUCCEEDED" and time.time() < deadline:
+        time.sleep(2)
+        status = (jobs_api(dashboard, f"/api/jobs/{job_id}", token)[1] or {}).get("status")
+    assert status == "SUCCEEDED", status
+    ended = jobs_api(dashboard, f"/api/jobs/{job_id}", token)[1]["end_time"] / 1000
+
+    # Then, no job running for AUTODOWN_MINUTES: the head takes the whole cluster down by itself.
+    deadline = ended + AUTODOWN_MINUTES * 60 + AUTODOWN_POLL_S + TEARDOWN_S
+    while container_exists() and time.time() < deadline:
+        log = autodown_log() or log
+        time.sleep(2)
+    gone_after_s = time.time() - ended
+    assert not container_exists(), f"the cluster is still up {gone_after_s:.0f}s after its last job:\n{log}"
+    assert gone_after_s >= AUTODOWN_MINUTES * 60, f"down {gone_after_s:.0f}s after the job ended:\n{log}"
+    assert "autodown down " in log, log
+    print(
+        f"autodown idle_minutes={AUTODOWN_MINUTES} gone_after_s={gone_after_s:.1f} "
+        f"busy_spared={str(busy_spared).lower()} provider=local"
+    )
+
+
+def make_run(cluster, tmp_path, name, args, **popen):
+    """`make run` of the test's cluster YAML with ARGS, its run and agent in tmp_path/name: the finished process,
+    or with popen=True the running one (its own process group, as a terminal's foreground job)."""
+    command = [
+        "make",
+        "run",
+        f"CLUSTER={cluster.path}",
+        f"ARGS={args}",
+        f"OUT={tmp_path / name}",
+        f"LAST_JOB_FILE={tmp_path / 'last-job'}",
+    ]
+    env = clean_env(RAY_AUTH_TOKEN_PATH=str(cluster.token))
+    if popen:
+        return subprocess.Popen(
+            command,
+            env=env,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+    return run(command, env, timeout=LAUNCHER_TIMEOUT_S + JOB_TIMEOUT_S)
+
+
+def last_line(made):
+    lines = only(made.stdout, "make_run status=")
+    assert lines, f"no make_run status line:\n{made.stdout[-4000:]}{made.stderr[-4000:]}"
+    return fields(lines[-1])
+
+
+@pytest.mark.docker
+def test_make_run_trains_fetches_and_ships_the_agent_then_downs_the_cluster_even_when_the_job_fails(
+    cluster_yaml, tmp_path
+):
+    # A job that fails (the trainer refuses --batch-size 0): the cluster still goes down, exit status 1.
+    failed = make_run(cluster_yaml, tmp_path, "failed", "--batch-size 0")
+    line = last_line(failed)
+    assert failed.returncode != 0 and line["status"] == "FAILED" and line["cluster"] == "down", line
+    assert line["agent"] == "-" and not container_exists(), failed.stdout[-3000:]
+
+    # Ctrl-C while following: this command stops, the job and the cluster do not; it says how to end them.
+    following = make_run(cluster_yaml, tmp_path, "interrupted", "--batch-size 2 --updates 1000", popen=True)
+    try:
+        for text in following.stdout:
+            if text.startswith("update=1 "):  # the job trains
+                break
+        os.killpg(following.pid, signal.SIGINT)
+        _, err = following.communicate(timeout=120)
+        job_id = (tmp_path / "last-job").read_text().strip()
+        token, dashboard = cluster_yaml.token.read_text().strip(), cluster_yaml.dashboard
+        status = (jobs_api(dashboard, f"/api/jobs/{job_id}", token)[1] or {}).get("status")
+        assert following.returncode != 0 and status == "RUNNING" and container_exists(), (status, err)
+        assert f"make down CLUSTER={cluster_yaml.path}" in err and f"make logs ID={job_id}" in err, err
+    finally:
+        following.kill()
+        launcher("down", cluster_yaml.path, cluster_yaml.log)
+
+    # The whole way: a small run, its agent here, nothing left running.
+    started = time.monotonic()
+    made = make_run(cluster_yaml, tmp_path, "run", "--batch-size 2 --updates 2")
+    seconds = time.monotonic() - started
+    line = last_line(made)
+    agent = tmp_path / "run" / "agent"
+    assert made.returncode == 0 and line["status"] == "SUCCEEDED" and line["cluster"] == "down", made.stdout[-3000:]
+    assert line["agent"] == str(agent), line
+    fetched = sorted(p.name for p in (tmp_path / "run" / "run").iterdir())
+    assert fetched == ["ckpt-000002.npz", "metrics.jsonl"], fetched
+    assert {"pong-agent.npz", "metrics.jsonl.gz", "curve.png"} <= {p.name for p in agent.iterdir()}, list(
+        agent.iterdir()
+    )
+    containers_left = int(container_exists())
+    assert containers_left == 0
+    played = run(
+        ["make", "play", f"CHECKPOINT={agent}", "GAMES=1", f"ARGS=--out {tmp_path / 'game.gif'}"],
+        clean_env(),
+        timeout=600,
+    )
+    assert played.returncode == 0 and (tmp_path / "game.gif").is_file(), played.stdout + played.stderr
+    # What a user saw, for docs/aws.md (the test's temp folder as $TMP): the failed run's last line, Ctrl-C's
+    # message, the whole run's steps; then the test's summary.
+    seen = [
+        only(failed.stdout, "make_run status=")[-1],
+        next(text for text in err.splitlines() if text.startswith("make_run: interrupted")),
+        *only(made.stdout, "make_run "),
+        f"make_run status={line['status']} agent={agent} containers_left={containers_left} seconds={seconds:.1f}",
+    ]
+    print("\n" + "\n".join(seen).replace(str(tmp_path), "$TMP"))

@@ -8,6 +8,8 @@ only fixtures and hooks, and no test module imports another.
     harness.runs       trainer runs in a test, and reading and comparing their run dirs
     harness.launcher   what `ray up` leaves on this machine: its SSH connections, files, process trees
     harness.hosts      test hosts of their own (address, sshd, Docker engine) on a lan in namespaces
+    harness.registry   an image registry on loopback and a node's empty Docker engine (test_registry.py)
+    harness.pull_vs_build  a node's pull against its build, timed side by side (docs/image.md)
 
 Nothing here imports numpy, Ray or the job's package at the top of a module: conftest.py sets the
 suite's environment (SUITE_ENV) before any of them is first imported.

@@ -23,11 +23,11 @@ from pathlib import Path
 from harness import JOB_DIR, RAY, THREADS, clean_env, run
 from harness.processes import START_TIMEOUT_S, cluster_processes, free_port, kill_cluster, start_node, with_new_ports
 
-# Every node: one CPU, a small object store. Each node also gets its own --temp-dir:
-# nodes that share one also share the folder where each unpacks the job's working
-# dir, and one node re-unpacking it under the other's running driver makes that
-# driver's imports fail at random.
-NODE_ARGS = ["--num-cpus=1", "--object-store-memory=200000000", "--disable-usage-stats"]
+# Every node: one CPU unless a test asks for another count, a small object store. Each node also gets
+# its own --temp-dir: nodes that share one also share the folder where each unpacks the job's working
+# dir, and one node re-unpacking it under the other's running driver makes that driver's imports fail
+# at random.
+NODE_ARGS = ["--object-store-memory=200000000", "--disable-usage-stats"]
 
 
 @dataclass
@@ -40,8 +40,8 @@ class Cluster:
     log: object = None  # where `ray start` writes
     temp_dir: Path = None
 
-    def start_second_node(self):
-        """`ray start --address ...` for one more 1-CPU node; returns its session id."""
+    def start_second_node(self, cpus=1):
+        """`ray start --address ...` for one more node of `cpus` CPUs; returns its session id."""
         n = len(self.sessions) + 1
 
         def start(attempt):
@@ -50,7 +50,7 @@ class Cluster:
                 f"--dashboard-agent-listen-port={free_port()}",
                 f"--temp-dir={self.temp_dir / f'node{n}-{attempt}'}",
             ]
-            self.sessions.append(start_node(args + NODE_ARGS, self.env, self.log))
+            self.sessions.append(start_node([*args, f"--num-cpus={cpus}", *NODE_ARGS], self.env, self.log))
             return self.sessions[-1]
 
         return with_new_ports(start, pause_s=5)  # a moment later too: the head may have been busy
@@ -100,10 +100,11 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def two_node_cluster(second_node=True, **node_env):
-    """A head (1 CPU) and a second node (1 CPU) with token auth and the thread presets; node_env: more
-    environment variables for every node (Ray reads its settings from RAY_<name>). second_node=False:
-    the head alone, for a test that starts the second node later (Cluster.start_second_node)."""
+def two_node_cluster(second_node=True, head_cpus=1, **node_env):
+    """A head (1 CPU, or head_cpus) and a second node (1 CPU) with token auth and the thread presets;
+    node_env: more environment variables for every node (Ray reads its settings from RAY_<name>).
+    second_node=False: the head alone, for a test that starts the second node later
+    (Cluster.start_second_node)."""
     # Short path: Ray puts Unix sockets under it, and their paths are limited to 107 bytes.
     temp_dir = Path(tempfile.mkdtemp(prefix="raytest-", dir="/tmp"))
     token_path = temp_dir / "auth_token"
@@ -134,7 +135,7 @@ def two_node_cluster(second_node=True, **node_env):
             f"--temp-dir={temp_dir / f'head-{attempt}'}",
         ]
         try:
-            cluster.sessions.append(start_node(head + NODE_ARGS, env, log))
+            cluster.sessions.append(start_node([*head, f"--num-cpus={head_cpus}", *NODE_ARGS], env, log))
             if second_node:
                 cluster.start_second_node()
             cluster.wait_for_nodes(2 if second_node else 1)

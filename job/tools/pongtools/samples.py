@@ -18,6 +18,13 @@ commit and machine, into docs/samples/<name>.txt, and the page's block reads tha
     PYTHONPATH=job/pong:job/tools .venv/bin/python -m pongtools.samples save demo-tail --tail 4 -- "make demo"
     <!-- [[[cog saved("demo-tail")]]] -->
 
+A sample of a run too long to make again (hours of training, a benchmark of the full batch, a cloud
+run) that a page pasted before samples were saved keeps that run's output as it was, with the date,
+commit and machine the page gave it, said by hand; the block reads it the same way:
+
+    PYTHONPATH=job/pong:job/tools .venv/bin/python -m pongtools.samples record bench-b300 \\
+        --made "2026-11-22 at 21:05 UTC, commit 04c0f3a, AMD EPYC, 2 cores" < pasted.txt
+
 A figure in a sentence comes from a line the command prints now (line_of): cog writes the sentence;
 a Markdown table a command prints (make compare ARGS=--markdown) becomes the page's table (table).
 
@@ -55,10 +62,12 @@ def environment():
     return env
 
 
-def transcript(command, keep=None, tail=None, timeout=600):
+def transcript(command, keep=None, tail=None, timeout=600, again=False):
     """`$ command` and its output lines (keep: only those matching this regex; tail: the last N), run
-    by bash in the repository's root; once per cog run (a quick sample's command is deterministic)."""
-    lines = list(output(command, timeout))
+    by bash in the repository's root; once per cog run (a quick sample's command is deterministic),
+    or each time with again=True (a saved sample's commands change things: the same one twice may
+    print two different things)."""
+    lines = list((output.__wrapped__ if again else output)(command, timeout))
     if keep:
         lines = [line for line in lines if re.search(keep, line)]
     if tail:
@@ -127,16 +136,59 @@ def saved(name):
     out(f"{header.removeprefix('# ')} (`docs/samples/{name}.txt`):\n\n{block(lines)}")
 
 
-def save(name, commands, keep=None, tail=None):
-    """Run the commands now and keep their transcript in docs/samples/<name>.txt, headed by the
-    date, commit and machine that made it."""
+def judge_tables(name):
+    """Write the saved `make judge` sample `name` as two Markdown tables, seeds 0-9 and 10-19 with the whole:
+    each seed's games won, points (agent-computer) and mean point difference."""
+    lines = (SAMPLES / f"{name}.txt").read_text().splitlines()
+    seeds = [fields(line) for line in lines if line.startswith("seed=")]
+    [whole] = [fields(line) for line in lines if line.startswith("judge ")]
+    half = (len(seeds) + 1) // 2
+    text = []
+    for part, last in ((seeds[:half], False), (seeds[half:], True)):
+        cells = {
+            "seed": [s["seed"] for s in part],
+            "games won": [s["games_won"] for s in part],
+            "points": [f"{s['agent_points']}-{s['computer_points']}" for s in part],
+            "mean": [f"{float(s['mean_point_difference']):+.1f}" for s in part],
+        }
+        if last:
+            agent, computer, games = (int(whole[k]) for k in ("agent_points", "computer_points", "games"))
+            cells["seed"].append(f"all {games}")
+            cells["games won"].append(whole["games_won"])
+            cells["points"].append(f"{agent:,}-{computer:,}")
+            cells["mean"].append(f"{(agent - computer) / games:+.2f}")
+        rows = [f"| {key} | {' | '.join(values)} |" for key, values in cells.items()]
+        rows.insert(1, "|" + " --- |" * (len(cells["seed"]) + 1))
+        text.append("\n".join(rows) + "\n")
+    out("\n".join(text))
+
+
+def save(name, commands, keep=None, tail=None, folder=SAMPLES):
+    """Run the commands now, one after the other, and keep their transcript in docs/samples/<name>.txt,
+    headed by the date, commit and machine that made it."""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d at %H:%M UTC")
-    lines = [line for c in commands for line in transcript(c, keep, tail, timeout=None)]
+    lines = [line for c in commands for line in transcript(c, keep, tail, timeout=None, again=True)]
     header = f"# Made on {when}, commit {commit.stdout.strip()}, {machine()}"
-    SAMPLES.mkdir(exist_ok=True)
-    (SAMPLES / f"{name}.txt").write_text("\n".join([header, *lines]) + "\n")
-    return SAMPLES / f"{name}.txt"
+    folder.mkdir(exist_ok=True)
+    (folder / f"{name}.txt").write_text("\n".join([header, *lines]) + "\n")
+    return folder / f"{name}.txt"
+
+
+RECORDED = re.compile(r"\d{4}-\d{2}-\d{2}\b.*\bcommit [0-9a-f]{7,40}\b")
+
+
+def record(name, made, lines, folder=SAMPLES):
+    """Keep the pasted output of an earlier real run as docs/samples/<name>.txt, headed by `made`: the date,
+    commit and machine that made it, as the page said (a run too long to make again)."""
+    if not RECORDED.search(made):
+        raise ValueError(f"--made {made!r}: give the run's date (YYYY-MM-DD ...) and its commit (commit abc1234)")
+    if not lines:
+        raise ValueError("no output to keep: pass the pasted lines on stdin")
+    folder.mkdir(exist_ok=True)
+    path = folder / f"{name}.txt"
+    path.write_text("\n".join([f"# Recorded on {made}, pasted then and kept as it was", *lines]) + "\n")
+    return path
 
 
 def machine():
@@ -154,15 +206,25 @@ def machine():
 
 def main(argv=None):
     p = Parser(prog="python -m pongtools.samples", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(required=True, metavar="{save}")
+    sub = p.add_subparsers(required=True, dest="action", metavar="{save,record}")
     s = sub.add_parser("save", help="run commands now and keep their output as docs/samples/NAME.txt")
     s.add_argument("name", help="the sample's name: docs/samples/NAME.txt, read by saved('NAME') in a page")
     s.add_argument("commands", nargs="+", help="shell commands, run one after the other from the repo's root")
     s.add_argument("--keep", help="keep only output lines matching this regex")
     s.add_argument("--tail", type=int, help="keep only the last N lines of each command's output")
+    r = sub.add_parser("record", help="keep an earlier run's pasted output (stdin) as docs/samples/NAME.txt")
+    r.add_argument("name", help="the sample's name: docs/samples/NAME.txt, read by saved('NAME') in a page")
+    r.add_argument("--made", required=True, help="when, at which commit and where it was made, as the page says")
     args = p.parse_args(argv)
     if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", args.name):
         fail(f"sample name {args.name!r}: lower-case letters, digits and hyphens")
+    if args.action == "record":
+        try:
+            written = record(args.name, args.made, sys.stdin.read().splitlines())
+        except ValueError as e:
+            fail(str(e))
+        print(kv("sample", name=args.name, file=written.relative_to(REPO), recorded=args.made.split(" ")[0]))
+        return 0
     written = save(args.name, args.commands, args.keep, args.tail)
     print(kv("sample", name=args.name, file=written.relative_to(REPO), commands=len(args.commands)))
 

@@ -1,0 +1,62 @@
+"""A node's pull of the pushed image against the same node's build of it, timed side by side in one run
+(this machine's speed drifts from hour to hour, so two figures from two runs would not compare).
+
+    make image && PYTHONPATH=tests .venv/bin/python -m harness.pull_vs_build      # as root; a few minutes
+
+1. Debian's docker-registry on 127.0.0.1 (harness.registry.Registry), and `make image-push` to it of
+   the image `make image` built here;
+2. a node's Docker engine, empty (harness.registry.NodeEngine): `docker pull` of it, timed;
+3. another such engine, empty: `infra/build-image.sh`, timed, as cluster/*.yaml run it on a node,
+   from this repository's .cache (the Debian base and the wheelhouse, as the test hosts of
+   tests/test_lan_cluster.py build from it): so neither debootstrap nor PyPI is in the figure.
+
+Prints the push's line, each node's, then `pull_vs_build pull_s=... build_s=... download_mb=... image_mb=...`
+(download_mb: the layers a pull downloads, compressed, as the registry's manifest lists them).
+"""
+
+import subprocess
+import time
+
+from harness import REPO, clean_env, only, read_env_file, run
+from harness.registry import NodeEngine, Registry
+
+IMAGE = read_env_file(REPO / "infra" / "image.env")["IMAGE"]
+
+
+def timed(command, env, what):
+    started = time.monotonic()
+    done = run(command, env, timeout=1800)
+    seconds = time.monotonic() - started
+    if done.returncode:
+        raise SystemExit(f"pull_vs_build: {what} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    return seconds, done
+
+
+def main():
+    with Registry() as registry:
+        pushed = run(["make", "image-push", f"REGISTRY={registry.address}"], clean_env(), timeout=1800)
+        if pushed.returncode:
+            raise SystemExit(f"pull_vs_build: make image-push failed: {pushed.stderr.strip()}")
+        print(only(pushed.stdout, "push-image ")[0], flush=True)
+        target = f"{registry.address}/{IMAGE}"
+        _, manifest = registry.manifest(*IMAGE.split(":"))
+        compressed = sum(layer["size"] for layer in manifest["layers"])  # what a pull downloads
+        try:
+            with NodeEngine() as node:
+                pull_s, _ = timed(["docker", "pull", "--quiet", target], node.env, "the pull")
+                size = node.docker(["image", "inspect", "--format", "{{.Size}}", target]).stdout.strip()
+            print(f"node_pull image={target} seconds={pull_s:.1f}", flush=True)
+            with NodeEngine() as node:
+                build_s, built = timed(["bash", str(REPO / "infra" / "build-image.sh")], node.env, "the build")
+            print(only(built.stdout, "build-image: built ")[0], flush=True)
+            print(f"node_build image={IMAGE} seconds={build_s:.1f}", flush=True)
+        finally:
+            subprocess.run(["docker", "rmi", target], capture_output=True, timeout=60)
+    print(
+        f"pull_vs_build pull_s={pull_s:.1f} build_s={build_s:.1f} build_over_pull={build_s / pull_s:.1f}"
+        f" download_mb={compressed / 1e6:.0f} image_mb={int(size) / 1e6:.0f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
