@@ -24,10 +24,11 @@ AWS, with read-only calls, whether `ray up` can get what the YAML asks for:
                       from infra/prices.yaml, spot nodes at the highest spot price of their zones
 
 One key=value line per check, then a summary line. A failed check says what to do in
-fix="...". Exit status: 0 all passed (warnings allowed), 1 a check failed, 2 the YAML
-could not be read. What it prints for cluster/aws.yaml on an account with enough quota
-(the run against the local stand-in for AWS in tests/test_aws.py, whose AMI ID and date
-are made up; on AWS the image line names the AMI Canonical's parameter points to today):
+fix="...". Exit status: 0 all passed (warnings allowed), 1 a check failed, 2 a mistake: a bad
+flag or a YAML that could not be read (one line, as every program here: pgpong/cli.py). What
+it prints for cluster/aws.yaml on an account with enough quota (the run against the local
+stand-in for AWS in tests/test_aws.py, whose AMI ID and date are made up; on AWS the image
+line names the AMI Canonical's parameter points to today):
 
     preflight cluster=cluster/aws.yaml region=us-west-2 nodes=11
     check=credentials status=ok account=123456789012 identity=arn:aws:sts::123456789012:user/moto
@@ -48,7 +49,6 @@ With spot workers (`make preflight SPOT=1`), the quota check covers both quotas 
 zone's spot price is a line of its own; docs/aws.md, Spot workers, shows the lines.
 """
 
-import argparse
 import contextlib
 import datetime
 import io
@@ -62,7 +62,8 @@ import boto3
 import yaml
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
-from pgpong.logline import kv  # the one key=value formatter (job/pong on PYTHONPATH, as make preflight sets)
+from pgpong import cli  # the one CLI helper: one-line mistakes, exit 2 (job/pong on PYTHONPATH, as make preflight sets)
+from pgpong.logline import kv  # the one key=value formatter
 
 # Hourly on-demand prices, with their source: the file `make plan` reads too.
 PRICES = Path(__file__).with_name("prices.yaml")
@@ -643,9 +644,7 @@ def run_checks(report, config, path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(
-        prog="preflight", description="Check an AWS Ray cluster config against your account."
-    )
+    parser = cli.Parser(prog="preflight", description="Check an AWS Ray cluster config against your account.")
     parser.add_argument(
         "cluster", nargs="?", default="cluster/aws.yaml", help="cluster launcher YAML (default cluster/aws.yaml)"
     )
@@ -653,8 +652,7 @@ def main(argv=None):
     try:
         config = load_cluster(args.cluster)
     except UserError as error:
-        print(f"preflight: {error}", file=sys.stderr)
-        return 2
+        cli.fail(str(error), prog="preflight")
     report = Report()
     run_checks(report, config, args.cluster)
     print(

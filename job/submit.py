@@ -18,9 +18,10 @@ the local head of `make local-up`, or a cloud head forwarded there by `make dash
 Before anything is sent this checks, and explains in one line when it fails: the job
 exists, the cluster answers, a token is at hand when the cluster wants one, the token
 is accepted, and the cluster runs the same Ray version as this client.
-On success it records the submission id in LAST_JOB_FILE (default .last-job, read by
-`make logs`, `make status` and `make stop-job`). With --wait it prints the job's logs as
-they come and exits 0 only if the job SUCCEEDED.
+A mistake (a bad flag, or any of those checks) is one line and exit 2, as in every program
+here (pgpong/cli.py). On success it records the submission id in LAST_JOB_FILE (default
+.last-job, read by `make logs`, `make status` and `make stop-job`). With --wait it prints the
+job's logs as they come and exits 0 only if the job SUCCEEDED (1 if it did not).
 """
 
 import argparse
@@ -35,6 +36,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "job" / "pong"))  # pgpong's cli: one-line errors and exit 2, as every program here
+from pgpong import cli  # noqa: E402
+
 JOBS_DIR = REPO / "job"
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 DEFAULT_TOKEN_PATH = Path.home() / ".ray" / "auth_token"
@@ -171,7 +175,7 @@ def follow(client, job_id, out=sys.stdout):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="submit", description="Submit job/JOB to the Ray cluster at RAY_ADDRESS.")
+    parser = cli.Parser(prog="submit", description="Submit job/JOB to the Ray cluster at RAY_ADDRESS.")
     parser.add_argument("--wait", action="store_true", help="follow the job's logs and exit 0 only if it succeeds")
     parser.add_argument("job", metavar="JOB", help="a folder under job/, e.g. pong")
     parser.add_argument(
@@ -195,8 +199,7 @@ def main(argv=None):
         except RuntimeError as e:
             raise UserError(f"the cluster refused the job: {str(e).splitlines()[0]}") from None
     except UserError as error:
-        print(f"submit: {error}", file=sys.stderr)
-        return 1
+        cli.fail(str(error), prog="submit")
 
     last_job_file.write_text(job_id + "\n")
     print(f"submitted job={args.job} id={job_id} address={address} entrypoint={entrypoint!r}", flush=True)

@@ -57,7 +57,7 @@ class Chaos:
         time.sleep(self.rng.uniform(0.0, 1.5))
 
     def kill_an_actor(self, timeout_s=120):
-        """SIGKILL one rollout actor (Ray titles them ray::Worker), waiting for one to exist: after the
+        """SIGKILL one rollout actor (Ray titles them ray::EnvRunnerActor), waiting for one to exist: after the
         fault before, both may still be restarting."""
         deadline = time.monotonic() + timeout_s
         while not (pids := [p for p in cluster_processes(self.cluster.sessions, b"\0none\0") if self.is_actor(p)]):
@@ -67,7 +67,7 @@ class Chaos:
 
     @staticmethod
     def is_actor(pid):
-        return cmdline(pid).startswith(b"ray::Worker")
+        return cmdline(pid).startswith(b"ray::EnvRunnerActor")
 
     def replace_the_second_node(self):
         """SIGKILL every process of the second node, as when its machine disappears, then start a new

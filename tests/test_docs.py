@@ -245,7 +245,7 @@ def expected_fields(lines):
                 allowed.append(fields)
     # A resumed run's start line has one more field, `kept=` (train.py, start_and_train).
     expected["start"] = expected.get("start", []) + [f | {"kept"} for f in expected.get("start", [])]
-    # A stopped run's done line has one more word, `stopped=SIGTERM` (train.py, Trainer.run).
+    # A stopped run's done line has one more word, `stopped=SIGTERM` (train.py, Trainer.train).
     expected["done"] = expected.get("done", []) + [f | {"stopped"} for f in expected.get("done", [])]
     expected["fault"] = fault_field_sets()
     return expected

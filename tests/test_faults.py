@@ -18,7 +18,7 @@ from harness import JOB_DIR, RAY, fields, run
 from harness.aws import aws_env, iam_user, moto_with_iam, use_aws
 from harness.cluster import stop_job, wait_until_done
 from harness.runs import assert_same_run, read_metrics, train_locally, trainer_env
-from pgpong import policy
+from pgpong import policy, rollout
 from pgpong.pool import RolloutPool
 
 SEED = 21
@@ -39,7 +39,7 @@ def pool(local_ray):
 def play(pool, batch, hook=lambda: None, update=1):
     """One update of PARAMS: (results, gradients, what the ledger saw)."""
     played = pool.run_update(PARAMS, SEED, update, batch, hook)
-    return played.results, played.grads, played.ledger
+    return played.results, rollout.to_float(*played.sums), played.ledger
 
 
 def assert_same_update(got, want):
@@ -64,7 +64,7 @@ def wait_for_recovery(pool, timeout_s=120):
     while pool.probes and time.monotonic() < deadline:
         ready, _ = ray.wait(list(pool.probes), num_returns=1, timeout=1.0)
         for ref in ready:
-            pool._heard_from(ref)
+            pool.heard_from(ref)
     return not pool.probes
 
 

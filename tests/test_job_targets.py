@@ -68,7 +68,8 @@ def error_line(result, target):
     assert "Traceback" not in said, said
     assert result.stdout == "", said
     lines = result.stderr.splitlines()
-    make_line = rf"make: \*\*\* \[Makefile:\d+: {re.escape(target)}\] Error 1"
+    status = 2 if target == "submit" else 1  # submit.py exits 2 on a mistake, as pgpong/cli.py's programs do
+    make_line = rf"make: \*\*\* \[Makefile:\d+: {re.escape(target)}\] Error {status}"
     assert len(lines) == 2 and re.fullmatch(make_line, lines[1]), said
     assert lines[0].startswith(f"{target}: "), said
     return lines[0]

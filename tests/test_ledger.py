@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 import pytest
-from pgpong import policy
+from pgpong import policy, rollout
 from pgpong.pool import Batch, Ledger, LedgerError, RolloutPool
 
 SEED = 8
@@ -59,7 +59,7 @@ def test_an_actor_restarted_while_idle_loses_no_episode(local_ray, monkeypatch):
     pool = RolloutPool("Pong-v0", 2, out=lines.append)
     try:
         first = pool.run_update(params, SEED, 1, BATCH, lambda: None)
-        reference, clean = first.grads, first.ledger
+        reference, clean = rollout.to_float(*first.sums), first.ledger
         assert clean == {"ledger": "complete", "replayed": 0, "discarded": 0}
 
         # Between the last episode and the reduce, actor 0 (idle, its sum full) dies and is
@@ -74,7 +74,7 @@ def test_an_actor_restarted_while_idle_loses_no_episode(local_ray, monkeypatch):
 
         monkeypatch.setattr(Batch, "reduce", reduce_after_idle_restart)
         played = pool.run_update(params, SEED, 1, BATCH, lambda: None)
-        results, grads, outcome = played.results, played.grads, played.ledger
+        results, grads, outcome = played.results, rollout.to_float(*played.sums), played.ledger
         assert restarted
         assert outcome["ledger"] == "complete" and outcome["replayed"] >= 1, (outcome, lines)
         assert any(line.startswith("ledger ") and "action=replay" in line for line in lines), lines

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from pgpong import policy, rollout
+from pgpong import learner, policy, rollout
 from pongtools import textbook
 
 
@@ -92,7 +92,7 @@ def test_rmsprop_matches_the_formula():
     w = {"W": np.array([1.0, -2.0])}
     g = {"W": np.array([0.5, 0.0])}
     cache = {"W": np.array([0.1, 0.2])}
-    policy.rmsprop_step(w, g, cache, learning_rate=0.1)
+    learner.rmsprop_step(w, g, cache, learning_rate=0.1)
     c = 0.99 * np.array([0.1, 0.2]) + 0.01 * np.array([0.25, 0.0])
     assert np.allclose(cache["W"], c)
     assert np.allclose(w["W"], [1.0 + 0.1 * 0.5 / (np.sqrt(c[0]) + 1e-5), -2.0])
@@ -107,7 +107,7 @@ def steps_taken(start, decay=0.99, updates=5, learning_rate=1e-3):
     for t in range(1, updates + 1):
         before = w["W"].copy()
         g = {"W": rng.standard_normal(1000).astype(np.float32)}
-        policy.rmsprop_step(w, g, cache, learning_rate, decay, t if start == "corrected" else 0)
+        learner.rmsprop_step(w, g, cache, learning_rate, decay, t if start == "corrected" else 0)
         moves.append(np.abs(w["W"] - before))
     return moves
 
@@ -127,7 +127,7 @@ def test_the_corrected_start_moves_weights_by_the_rate_from_the_first_step():
 def test_the_corrected_start_is_adams_second_moment_correction():
     w, cache = {"W": np.array([1.0, -2.0])}, {"W": np.array([0.1, 0.2])}
     g = {"W": np.array([0.5, -0.25])}
-    policy.rmsprop_step(w, g, cache, learning_rate=0.1, decay=0.94, steps=3)
+    learner.rmsprop_step(w, g, cache, learning_rate=0.1, decay=0.94, steps=3)
     c = 0.94 * np.array([0.1, 0.2]) + 0.06 * np.array([0.25, 0.0625])
     assert np.allclose(cache["W"], c)  # the cache itself is pg-pong's; only the step divides it
     assert np.allclose(w["W"], [1.0, -2.0] + 0.1 * g["W"] / (np.sqrt(c / (1 - 0.94**3)) + 1e-5))

@@ -131,7 +131,7 @@ def test_gradients_reach_the_driver_once_per_node(local_ray, tmp_path):
     trainer = train.Trainer(cfg, state, run, out=lambda line: None)
     trainer.start_pool()
     try:
-        records = trainer.run()
+        records = trainer.train()
         assert len(trainer.pool.actors) == 2 and len(set(trainer.pool.node.values())) == 1
         assert trainer.pool.sums_received == 2  # one node, two updates
     finally:

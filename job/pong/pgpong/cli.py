@@ -6,7 +6,8 @@
     cli.fail("no checkpoint at /x; pass CHECKPOINT=...")           # a mistake found after parsing
 
 A flag the parser refuses prints `<prog>: error: <what was wrong> (see --help)`, not argparse's
-usage block; fail() prints `error: <message>`. Both exit with status 2.
+usage block; fail() prints `error: <message>`, or `<prog>: <message>` for a program whose lines
+carry its name (submit, preflight). Both exit with status 2.
 """
 
 import argparse
@@ -21,9 +22,10 @@ class Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def fail(message):
-    """A mistake the user can fix, found after the flags were parsed: one line on stderr, exit 2."""
-    print(f"error: {message}", file=sys.stderr)
+def fail(message, prog=None):
+    """A mistake the user can fix, found after the flags were parsed: one line on stderr, exit 2.
+    The line starts with `error:`, or with `<prog>:` when prog is given."""
+    print(f"{prog or 'error'}: {message}", file=sys.stderr)
     sys.exit(2)
 
 

@@ -12,12 +12,9 @@ Everything here is plain numpy/numba over arrays; nothing imports Ray.
 import numba
 import numpy as np
 
-from .config import DECAY_RATE
-
 H = 200  # hidden units
 D = 80 * 80  # input pixels after preprocessing
 GAMMA = 0.99  # reward discount
-EPSILON = 1e-5  # RMSProp denominator guard
 DTYPE = np.float32
 
 
@@ -63,24 +60,6 @@ def standardize(returns):
     centred = returns - returns.mean()
     std = centred.std()
     return centred / std if std > 0 else centred
-
-
-def rmsprop_step(params, grads, cache, learning_rate, decay=DECAY_RATE, steps=0):
-    """Gradient *ascent* on expected return, in place.
-
-    The cache is an average of squared gradients that starts at zero. pg-pong divides by
-    it as it is (steps=0), so its first step moves every weight by about
-    learning_rate / sqrt(1 - decay), 10x the rate at decay 0.99, and the excess fades only
-    as decay**t. With steps = t >= 1 (this step's number, counted from 1) the average is
-    divided by 1 - decay**t, its weight so far, as Adam does: every step is then about
-    learning_rate per weight from the first.
-    """
-    weight = 1.0 - decay**steps if steps else 1.0
-    for k, w in params.items():
-        g = grads[k]
-        cache[k] *= decay
-        cache[k] += (1 - decay) * g * g
-        w += learning_rate * g / (np.sqrt(cache[k] / weight) + EPSILON)
 
 
 # 1 for a red-channel value that is a paddle or the ball, 0 for the two background

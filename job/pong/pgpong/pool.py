@@ -28,9 +28,9 @@ import ray
 from ray.exceptions import RayError, RayTaskError
 
 from . import rollout
+from .actor import EnvRunnerActor
 from .config import Config
 from .logline import kv
-from .workers import Worker
 
 SAY_EVERY_S = 30  # while it waits, a `starting` line this often
 WAIT_S = 0.25  # ray.wait timeout: how soon the driver sees a signal (ray job stop) or a message
@@ -63,7 +63,7 @@ class UpdateResult:
     """What one update played and summed, and what it cost."""
 
     results: list  # rollout.EpisodeResult of episodes 0..batch_size-1, in order
-    grads: dict  # the summed gradient, float32: {"W1": (H, D), "W2": (H,)}
+    sums: tuple  # the exact fixed-point sum of their gradients, int64: W1 transposed (D, H) and W2 (H,)
     driver_bytes: int  # bytes of the node sums the driver received
     rollout_s: float  # seconds handing out and playing episodes
     reduce_s: float  # seconds folding the sums into one
@@ -82,7 +82,7 @@ class RolloutPool:
         self.env_id = env_id
         self.out = out
         self.follow, self.limit = follow, limit or size
-        self.actors = [Worker.remote(env_id) for _ in range(size)]  # a dropped actor's slot is None
+        self.actors = [EnvRunnerActor.remote(env_id) for _ in range(size)]  # a dropped actor's slot is None
         probes = [a.describe.remote() for a in self.actors]
         ready = self.wait_to_start(probes, wait_s, check_stop)
         self.info = ray.get(ready)  # the actors that answered, in the order of their index
@@ -150,7 +150,7 @@ class RolloutPool:
             return
         for _ in range(grow):
             i = len(self.actors)
-            self.actors.append(Worker.remote(self.env_id))
+            self.actors.append(EnvRunnerActor.remote(self.env_id))
             self.probes[self.actors[i].describe.remote()] = i
             self.fresh.add(i)
         self.out(kv("growing", added=grow, actors=len(self.live()), cluster_cpus=cpus, limit=self.limit))
@@ -181,7 +181,7 @@ class RolloutPool:
 
     # -- faults ----------------------------------------------------------------
 
-    def _lost(self, i, error, replayed, note="restarting"):
+    def lost(self, i, error, replayed, note="restarting"):
         """Actor i failed and `replayed` episodes of its sum are played again: wait until it answers."""
         if i in self.healthy:
             self.healthy.discard(i)
@@ -201,14 +201,22 @@ class RolloutPool:
         elif replayed:
             self.out(kv("fault", actor=i, node=self.node[i][:8], replayed=replayed))
 
-    def _heard_from(self, ref):
+    def unanswered(self):
+        """The describe() calls of the actors not heard from yet (restarting, or new)."""
+        return list(self.probes)
+
+    def heard_from(self, ref):
+        """If ref is one of unanswered(): the actor answered (healthy again, a `joined` or `recovered`
+        line) or is gone for good (replaced); True. False for any other ref."""
+        if ref not in self.probes:
+            return False
         i = self.probes.pop(ref)
         try:
             info = ray.get(ref)
         except RayError:  # gone for good (it could not restart): replace it
-            self.actors[i] = Worker.remote(self.env_id)
+            self.actors[i] = EnvRunnerActor.remote(self.env_id)
             self.probes[self.actors[i].describe.remote()] = i
-            return
+            return True
         self.node[i] = info["node"]
         self.healthy.add(i)
         what = "joined" if i in self.fresh else "recovered"
@@ -223,6 +231,31 @@ class RolloutPool:
                 blas_threads=info["blas_threads"],  # this actor's, on its node: the thread presets held there
             )
         )
+        return True
+
+    # -- what a Batch tells the pool -----------------------------------------------
+
+    def idle(self, busy):
+        """The healthy actors not in busy, in index order."""
+        return sorted(self.healthy - busy)
+
+    def by_node(self):
+        """{node: [the healthy actors on it, in index order]}: the groups of the per-node reduce."""
+        groups = collections.defaultdict(list)
+        for i in sorted(self.healthy):
+            groups[self.node[i]].append(i)
+        return groups
+
+    def played(self, i, node, replaces=None):
+        """Actor i, on node, played an episode; a replay (replaces: the node of its result before) counts once."""
+        self.node[i] = node
+        if replaces is not None:
+            self.episodes_by_node[replaces] -= 1
+        self.episodes_by_node[node] += 1
+
+    def summed(self):
+        """The driver added one node's sum to an update's total."""
+        self.sums_received += 1
 
     # -- one update --------------------------------------------------------------
 
@@ -240,16 +273,11 @@ class RolloutPool:
                 t = time.perf_counter()
                 batch.reduce()
                 reduce_s += time.perf_counter() - t
-                # every sum is in or lost now: whatever the ledger lacks is played again
-                batch.todo = collections.deque(batch.ledger.missing())
+                batch.replay_missing()
         except BaseException:  # a stop or a bug drops the update: its episodes count nowhere
             self.episodes_by_node.subtract(batch.node_of.values())
             raise
-        batch.ledger.check()
-        ledger = {"ledger": "complete", "replayed": batch.played - batch_size, "discarded": batch.ledger.discarded}
-        grads = rollout.to_float(*batch.total[:2])
-        actors = {"actors": len(batch.players), "nodes": len(set(batch.players.values()))}
-        return UpdateResult(batch.results, grads, batch.driver_bytes, rollout_s, reduce_s, ledger, actors)
+        return batch.result(rollout_s, reduce_s)
 
 
 class Batch:
@@ -268,7 +296,7 @@ class Batch:
         self.total = (np.zeros((pixels, hidden), np.int64), np.zeros(hidden, np.int64), np.zeros(pixels, np.bool_))
         self.played = 0  # episodes handed out, replays included
         self.driver_bytes = 0
-        self.node_of = {}  # episode -> the node whose result of it is kept (pool.episodes_by_node counts it)
+        self.node_of = {}  # episode -> the node whose result of it is kept (the pool's episodes_by_node counts it)
         self.raised = {}  # episode -> the type of the exception our code raised while playing or summing it
         self.players = {}  # actor -> its node, for each actor that played an episode of this update
 
@@ -283,7 +311,7 @@ class Batch:
                     raise BugError(self.update, ep, raised)
                 self.raised[ep] = type(raised)
         self.todo.extend(episodes)
-        self.pool._lost(i, error, replayed=len(episodes), note="restarting" if raised is None else "replaying_once")
+        self.pool.lost(i, error, replayed=len(episodes), note="restarting" if raised is None else "replaying_once")
 
     def play(self, check_stop):
         """Hand out todo to the idle healthy actors until every episode is played or lost."""
@@ -291,7 +319,7 @@ class Batch:
 
         def feed():
             busy = {i for i, _ in running.values()}
-            for i in sorted(pool.healthy - busy):
+            for i in pool.idle(busy):
                 if not self.todo:
                     return
                 ep = self.todo.popleft()
@@ -300,15 +328,14 @@ class Batch:
 
         feed()
         waiting_said = False
-        while running or (self.todo and pool.probes):
+        while running or (self.todo and pool.unanswered()):
             if not running and not waiting_said:
-                pool.out(kv("waiting", for_actors=len(pool.probes), episodes_left=len(self.todo)))
+                pool.out(kv("waiting", for_actors=len(pool.unanswered()), episodes_left=len(self.todo)))
                 waiting_said = True
-            ready, _ = ray.wait([*running, *pool.probes], num_returns=1, timeout=WAIT_S)
+            ready, _ = ray.wait([*running, *pool.unanswered()], num_returns=1, timeout=WAIT_S)
             check_stop()
             for ref in ready:
-                if ref in pool.probes:
-                    pool._heard_from(ref)
+                if pool.heard_from(ref):
                     continue
                 i, ep = running.pop(ref)
                 try:
@@ -318,20 +345,16 @@ class Batch:
                     continue
                 self.results[ep] = result
                 self.owned[i].append(ep)
-                pool.node[i] = self.players[i] = node
-                if ep in self.node_of:  # a replay: the episode counts once, for the node that played it last
-                    pool.episodes_by_node[self.node_of[ep]] -= 1
+                self.players[i] = node
+                # a replay: the episode counts once, for the node that played it last
+                pool.played(i, node, replaces=self.node_of.get(ep))
                 self.node_of[ep] = node
-                pool.episodes_by_node[node] += 1
             feed()
 
     def reduce(self):
         """Fold each node's sums into one on that node, then into `total` here if the ledger agrees."""
-        pool, groups = self.pool, collections.defaultdict(list)
-        for i in sorted(pool.healthy):
-            groups[pool.node[i]].append(i)
-        calls = []
-        for members in groups.values():
+        pool, calls = self.pool, []
+        for members in pool.by_node().values():
             leader, rest = pool.actors[members[0]], [pool.actors[m] for m in members[1:]]
             calls.append((leader.combine.remote(*[a.take_gradient.remote() for a in rest]), members))
         for ref, members in calls:
@@ -349,9 +372,21 @@ class Batch:
                 pool.out(kv("ledger", **said, action="discarded"))
                 continue
             rollout.add_sparse(*self.total, grad)
-            pool.sums_received += 1
+            pool.summed()
             if held != expected:  # e.g. an actor that died idle and came back with an empty sum
                 pool.out(kv("ledger", **said, action="replay"))
+
+    def replay_missing(self):
+        """After a round of play and reduce every sum is in or lost: whatever the ledger lacks is played again."""
+        self.todo = collections.deque(self.ledger.missing())
+
+    def result(self, rollout_s, reduce_s):
+        """The UpdateResult of a batch whose ledger is complete (LedgerError if it is not)."""
+        self.ledger.check()
+        ledger = {"ledger": "complete", "replayed": self.played - len(self.results), "discarded": self.ledger.discarded}
+        actors = {"actors": len(self.players), "nodes": len(set(self.players.values()))}
+        sums = self.total[:2]
+        return UpdateResult(self.results, sums, self.driver_bytes, rollout_s, reduce_s, ledger, actors)
 
 
 class LedgerError(AssertionError):

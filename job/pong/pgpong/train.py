@@ -11,7 +11,9 @@ Through Ray Jobs on a cluster: `make submit JOB=pong ARGS="--updates 100"`.
 Each update: the driver broadcasts the weights once, hands episode indices one
 at a time to whichever actor is idle, each actor sums the gradients of the
 episodes it ran, the actors of each node fold their sums into one, and the
-driver adds one gradient per node and takes an RMSProp step.
+driver adds one gradient per node (pool.py) and takes an RMSProp step (learner.py).
+Here: the loop (Trainer), the stop signal (StopSignal), and main, the one place
+where an error becomes its line and exit status.
 """
 
 import dataclasses
@@ -25,6 +27,7 @@ import numpy as np
 
 from . import checkpoint, config, policy, rollout, watch
 from .cli import fail
+from .learner import Learner
 from .lock import LockLost
 from .logline import kv, peak_rss_mb
 from .run import Run
@@ -35,24 +38,47 @@ class Stopped(Exception):
     """SIGTERM (ray job stop) or Ctrl-C: save what we have and leave."""
 
 
-_signals = []  # set by the handler, acted on only between consistent states
+class UserError(Exception):
+    """Something the user can fix, found before training: main prints it as one line and exits 2."""
 
 
-def on_signal(signum, frame):
-    _signals.append(signal.Signals(signum).name)
+class TrainingError(Exception):
+    """Training stopped by an error; the message says what was kept. main prints it as one line and exits 1."""
 
 
-def check_stop():
-    if _signals:
-        raise Stopped(_signals[0])
+class StopSignal:
+    """SIGTERM (ray job stop) and SIGINT (Ctrl-C): recorded by the handler when they come, acted on
+    only between consistent states (check)."""
+
+    def __init__(self):
+        self.received = []  # signal names, in the order they came
+
+    def install(self, *signums):
+        """Make this the handler of signums (default SIGTERM and SIGINT)."""
+        for signum in signums or (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self.handle)
+
+    def handle(self, signum, frame=None):
+        self.received.append(signal.Signals(signum).name)
+
+    def first(self):
+        """The name of the first signal received, or None."""
+        return self.received[0] if self.received else None
+
+    def check(self):
+        """Raise Stopped if a signal came."""
+        if self.received:
+            raise Stopped(self.received[0])
 
 
 class Trainer:
-    def __init__(self, cfg, state, run, out=print):
+    def __init__(self, cfg, state, run, out=print, stop=None):
         self.cfg = cfg
         self.state = state
-        self.run_dir = run  # the Run: its store, checkpoints and metrics
+        self.run = run  # the Run: its store, checkpoints and metrics
+        self.learner = Learner(state, cfg)  # the weights' and the RMSProp cache's one writer
         self.out = out
+        self.stop = stop or StopSignal()  # one that no handler feeds never stops
         self.records = []
 
     # -- pool ----------------------------------------------------------------
@@ -69,7 +95,7 @@ class Trainer:
         follow = self.cfg.workers == "auto"
         wanted = cpus if follow else int(self.cfg.workers)
         if wanted > cpus and not follow:
-            fail(f"--workers {wanted} is more than the cluster's {cpus} CPUs; use --workers auto or fewer")
+            raise UserError(f"--workers {wanted} is more than the cluster's {cpus} CPUs; use --workers auto or fewer")
         size = max(1, min(wanted, self.cfg.batch_size))  # more actors than episodes would sit idle
         try:
             self.pool = RolloutPool(
@@ -77,31 +103,22 @@ class Trainer:
                 size,
                 out=self.out,
                 wait_s=self.cfg.actor_wait_s,
-                check_stop=check_stop,
+                check_stop=self.stop.check,
                 follow=follow,
                 limit=capacity_wanted(self.cfg),
             )
         except PoolError as e:
-            fail(str(e))
+            raise UserError(str(e)) from None
         return int(ray.cluster_resources().get("CPU", 0)), self.pool.info  # now: nodes may have joined meanwhile
 
     def step(self):
         s = self.state
         update = s.update + 1
         t0 = time.perf_counter()
-        played = self.pool.run_update(s.params, self.cfg.seed, update, self.cfg.batch_size, check_stop)
+        played = self.pool.run_update(s.params, self.cfg.seed, update, self.cfg.batch_size, self.stop.check)
         results = played.results
         t1 = time.perf_counter()
-        s.rmsprop_steps += 1
-        corrected = self.cfg.rmsprop_start == "corrected"
-        policy.rmsprop_step(
-            s.params,
-            played.grads,
-            s.cache,
-            self.cfg.learning_rate,
-            self.cfg.rmsprop_decay,
-            s.rmsprop_steps if corrected else 0,
-        )
+        self.learner.step(played.sums)
         t2 = time.perf_counter()
         rewards = np.array([r.reward for r in results])
         steps = int(sum(r.steps for r in results))
@@ -133,9 +150,9 @@ class Trainer:
     # -- watching it live: Ray's metrics and the log's trend line --------------
 
     def start_watch(self):
-        self.live = watch.LiveMetrics(self.run_dir)
+        self.live = watch.LiveMetrics(self.run)
         try:
-            history = self.run_dir.metrics()  # a resumed run's history too
+            history = self.run.metrics()  # a resumed run's history too
         except (OSError, StoreError):
             history = []
         self.trend = [r["running_reward"] for r in history if r.get("running_reward") is not None]
@@ -156,7 +173,7 @@ class Trainer:
 
     def save(self):
         t = time.perf_counter()
-        path = self.run_dir.save(self.state)
+        path = self.run.save(self.state)
         self.saved, self.checkpoint = self.state.update, path
         return path, time.perf_counter() - t
 
@@ -170,22 +187,22 @@ class Trainer:
 
     # -- the loop --------------------------------------------------------------
 
-    def run(self):
+    def train(self):
         cfg, s = self.cfg, self.state
         first = s.update
         self.saved = s.update
-        loaded = self.run_dir.loaded  # the checkpoint resumed from: the done line's until this run writes one
-        self.checkpoint = self.run_dir.file(loaded) if loaded else None
+        loaded = self.run.loaded  # the checkpoint resumed from: the done line's until this run writes one
+        self.checkpoint = self.run.file(loaded) if loaded else None
         started = time.perf_counter()
         reason = "finished"
         self.start_watch()
         try:
             while cfg.updates == 0 or s.update - first < cfg.updates:
-                check_stop()
+                self.stop.check()
                 rec = self.step()
                 # metrics first, checkpoint second: a crash between the two leaves a metrics
                 # line past the checkpoint, which a resume trims and runs again; never a gap
-                self.run_dir.append_metrics(
+                self.run.append_metrics(
                     rec
                     | {
                         "time": time.time(),
@@ -233,17 +250,17 @@ class Trainer:
 def initial_state(cfg, run, given=frozenset()):
     """Lock the run dir, then resume from its latest checkpoint or start fresh: (state, kept), kept the
     config fields the checkpoint decided ({} for a fresh start). given: the config fields named on the
-    command line (config.given_flags). A refusal writes nothing."""
+    command line (config.given_flags). A refusal (UserError) writes nothing."""
     warn = lambda m: print(f"WARNING: {m}", flush=True)  # noqa: E731
     try:
         run.prepare(warn=warn)
     except StoreError as e:
-        fail(str(e))
+        raise UserError(str(e)) from None
     as_dict = dataclasses.asdict(cfg)
     try:
         state = run.load_latest(as_dict, warn=warn)
     except checkpoint.CheckpointError as e:
-        fail(str(e))
+        raise UserError(str(e)) from None
     if state is None:
         run.trim_metrics(0, warn=warn)  # a run that died before its first checkpoint runs again from update 1
         params = policy.init_params(np.random.default_rng(cfg.seed))
@@ -260,14 +277,14 @@ def initial_state(cfg, run, given=frozenset()):
 def keep_run(cfg, made_with, given):
     """A resumed run keeps what decides its bits (config.KEPT_ON_RESUME: batch size, seed, optimizer)
     from made_with, the checkpoint's config; a run made before a field existed has its value there.
-    Another value named on the command line would make a different run under the same name: refused.
+    Another value named on the command line would make a different run under the same name: refused (UserError).
     (cfg, {field: value kept})."""
     kept = {k: made_with.get(k, before) for k, before in config.KEPT_ON_RESUME.items()}
     kept = {k: v for k, v in kept.items() if v is not None}
     for key, value in kept.items():
         if key in given and getattr(cfg, key) != value:
             flag = "--" + key.replace("_", "-")
-            fail(
+            raise UserError(
                 f"{cfg.run_dir} was made with {flag} {value} and a resumed run keeps it; "
                 f"leave out {flag}, or start a new run with another --run-dir"
             )
@@ -293,20 +310,33 @@ def keep_learning_rate(cfg, made_with):
 
 
 def main(argv=None):
+    """The one place an error becomes its line and exit status: a user's mistake exit 2, an error
+    that stopped training exit 1."""
     cfg = config.parse_args(argv)
-    signal.signal(signal.SIGTERM, on_signal)  # from here on a stop is a stopping line and a released lock
-    signal.signal(signal.SIGINT, on_signal)
+    stop = StopSignal()
+    stop.install()  # from here on a stop is a stopping line and a released lock
+    try:
+        open_and_train(cfg, config.given_flags(argv), stop)
+    except UserError as e:
+        fail(str(e))
+    except TrainingError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
+
+
+def open_and_train(cfg, given, stop):
+    """Open the run dir, check the env id, train; the run dir's lock goes however it ends."""
     try:
         run = Run(cfg.run_dir)  # opened once: the trainer's store, checkpoints and metrics
     except StoreError as e:
-        fail(str(e))
+        raise UserError(str(e)) from None
     cfg = dataclasses.replace(cfg, run_dir=run.path)
     try:
         rollout.check_env_id(cfg.env)
     except rollout.EnvError as e:
-        fail(str(e))
+        raise UserError(str(e)) from None
     try:
-        start_and_train(cfg, run, config.given_flags(argv))
+        start_and_train(cfg, run, given, stop)
     finally:
         run.close()  # a clean end, SIGINT, SIGTERM or an error: the run dir's lock goes
 
@@ -318,26 +348,26 @@ def capacity_wanted(cfg):
     return cfg.batch_size if cfg.workers == "auto" else min(int(cfg.workers), cfg.batch_size)
 
 
-def start_and_train(cfg, run, given):
+def start_and_train(cfg, run, given, stop):
     """Lock the run dir, resume or start, and train; the caller releases the lock."""
     state, kept_fields = initial_state(cfg, run, given)
     cfg = config.Config(**state.config)  # a resumed run keeps its own batch size, seed, optimizer, learning rate
 
     from . import capacity
 
-    if not _signals:
-        connect_ray()
-    if _signals:  # stopped before the pool: nothing was played, nothing to save
-        print(kv("stopping", signal=_signals[0], during="connecting", resume_from_update=state.update), flush=True)
+    if not stop.first():
+        connect_ray(stop)
+    if stop.first():  # stopped before the pool: nothing was played, nothing to save
+        print(kv("stopping", signal=stop.first(), during="connecting", resume_from_update=state.update), flush=True)
         return
     capacity.request(capacity_wanted(cfg))  # an autoscaling cluster starts the nodes for it
     try:
-        train_on_ray(cfg, state, run, kept_fields)
+        train_on_ray(cfg, state, run, kept_fields, stop)
     finally:
         capacity.release()  # its idle workers may leave; a cluster without an autoscaler ignores both
 
 
-def connect_ray():
+def connect_ray(stop):
     """ray.init, which can wait minutes for a cluster that is down or still starting. It puts in a SIGTERM
     handler of its own that exits (sys.exit in ray/_private/worker.py, and in node.py when it starts a head;
     its only exits, Ray 2.60): a SIGTERM meanwhile is recorded as ours, and ours goes back in."""
@@ -346,15 +376,15 @@ def connect_ray():
     try:
         ray.init(logging_level="warning", log_to_driver=True)
     except SystemExit:
-        _signals.append(signal.SIGTERM.name)
-    signal.signal(signal.SIGTERM, on_signal)
+        stop.handle(signal.SIGTERM)
+    stop.install(signal.SIGTERM)
 
 
-def train_on_ray(cfg, state, run, kept_fields):
+def train_on_ray(cfg, state, run, kept_fields, stop):
     """Start the pool, print the start line, train."""
     import ray
 
-    trainer = Trainer(cfg, state, run)
+    trainer = Trainer(cfg, state, run, stop=stop)
     try:
         cpus, info = trainer.start_pool()
     except Stopped as e:  # ray job stop while the actors wait for CPUs: nothing was played, nothing to save
@@ -390,20 +420,17 @@ def train_on_ray(cfg, state, run, kept_fields):
     from .pool import BugError
 
     try:
-        trainer.run()
+        trainer.train()
     except StoreError as e:  # the disk filled up, S3 refused a PUT, credentials expired: stop, keep what is saved
         then = "" if isinstance(e, LockLost) else "; fix the run dir, then run again to resume"
-        print(f"error: {e}; training stopped and {last_good(trainer)}{then}", file=sys.stderr)
-        sys.exit(1)
+        raise TrainingError(f"{e}; training stopped and {last_good(trainer)}{then}") from None
     except BugError as e:  # our code raised it twice: a replay repeats a bug, so stop and save nothing new
         # The episodes still in flight raise it too; Ray would print each at exit, traceback and all.
         os.environ["RAY_IGNORE_UNHANDLED_ERRORS"] = "1"
-        print(
-            f"error: {e}; a bug, not a fault: training stopped and {last_good(trainer)} "
-            "(docs/reliability.md, A bug in an actor)",
-            file=sys.stderr,
-        )
-        sys.exit(1)
+        raise TrainingError(
+            f"{e}; a bug, not a fault: training stopped and {last_good(trainer)} "
+            "(docs/reliability.md, A bug in an actor)"
+        ) from None
 
 
 def last_good(trainer):

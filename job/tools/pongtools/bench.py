@@ -32,7 +32,7 @@ import time
 import numpy as np
 import ray
 from pgpong import config, policy, rollout, train
-from pgpong.cli import Parser, at_least
+from pgpong.cli import Parser, at_least, fail
 from pgpong.logline import kv
 from pgpong.run import Run
 
@@ -119,7 +119,7 @@ def bench_trainer(env_id, workers, batch_size, run_dir):
     trainer = train.Trainer(cfg, state, run, out=lambda line: None)
     trainer.start_pool()
     cpu = time.process_time()
-    rec = trainer.run()[0]
+    rec = trainer.train()[0]
     driver_cpu_s = time.process_time() - cpu
     trainer.pool.shutdown()  # give their CPUs back
     run.close()  # the run dir's lock
@@ -209,7 +209,10 @@ def main(argv=None):
     paired = bench_paired(args.env, workers, args.pairs, params)
     print(kv("bench", **paired), flush=True)
     with tempfile.TemporaryDirectory() as run_dir:
-        trained = bench_trainer(args.env, workers, args.batch_size, run_dir)
+        try:
+            trained = bench_trainer(args.env, workers, args.batch_size, run_dir)
+        except train.UserError as e:  # e.g. more --workers than the cluster's CPUs: the trainer's own line
+            fail(str(e))
     print(kv("bench", **trained), flush=True)
     book = bench_textbook(args.env, workers, args.textbook_episodes or 4 * workers)
     print(kv("bench", **book), flush=True)

@@ -1,6 +1,8 @@
-"""The rollout actor: `Worker`, a thin Ray shell around rollout.EnvRunner, which tests
-drive without Ray. The pool (pool.py) hands it episodes and, for the per-node reduce,
-has one actor of each node `combine` the sums of the others.
+"""The rollout actor: `EnvRunnerActor`, the thin Ray shell of one rollout.EnvRunner (which plays
+episodes and sums their gradients; tests drive it without Ray). One role, the env runner: the
+plain class holds the work, this shell only carries it into a Ray process. The pool (pool.py)
+hands it episodes and, for the per-node reduce, has one actor of each node `combine` the sums of
+the others. Ray titles its processes ray::EnvRunnerActor.
 """
 
 import os
@@ -23,8 +25,8 @@ def blas_report():
 
 
 @ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=0)
-class Worker:
-    """One rollout process. Ray restarts it if it dies; the pool replays what it lost."""
+class EnvRunnerActor:
+    """One rollout process, an EnvRunner. Ray restarts it if it dies; the pool replays what it lost."""
 
     def __init__(self, env_id):
         self.runner = rollout.EnvRunner(env_id)
