@@ -26,22 +26,8 @@ AWS, with read-only calls, whether `ray up` can get what the YAML asks for:
 One key=value line per check, then a summary line. A failed check says what to do in
 fix="...". Exit status: 0 all passed (warnings allowed), 1 a check failed, 2 a mistake: a bad
 flag or a YAML that could not be read (one line, as every program here: pgpong/cli.py). What
-it prints for cluster/aws.yaml on an account with enough quota (the run against the local
-stand-in for AWS in tests/test_aws.py, whose AMI ID and date are made up; on AWS the image
-line names the AMI Canonical's parameter points to today):
-
-    preflight cluster=cluster/aws.yaml region=us-west-2 nodes=11
-    check=credentials status=ok account=123456789012 identity=arn:aws:sts::123456789012:user/moto
-    check=region status=ok region=us-west-2
-    check=instance-type status=ok node_type=ray.head.default instance_type=c5.9xlarge vcpus=36 cores=18 ray_cpus=18
-    check=instance-type status=ok node_type=ray.worker.default instance_type=c5.9xlarge vcpus=36 cores=18 ray_cpus=18
-    check=zones status=ok instance_type=c5.9xlarge zones=us-west-2a,us-west-2b,us-west-2c
-    check=image status=ok node_types=ray.head.default,ray.worker.default parameter=/aws/service/canonical/ubuntu/server/24.04/stable/current/amd64/hvm/ebs-gp3/ami-id ami=ami-0b5a2e3c4d5e6f708 source=ssm name=ubuntu/images/hvm-ssd-gp3/ubuntu-noble-24.04-amd64-server-20251112 created=2025-11-12T09:41:22.000Z ubuntu=24.04
-    check=quota status=ok quota=L-1216C47A name="Running On-Demand Standard instances" limit=432 in_use=0 need=396
-    check=key-pair status=ok key_name=ray-autoscaler_us-west-2 note="ray up creates or reuses it"
-    check=instance-profile status=ok profile=ray-autoscaler-v1 note="ray up creates it (needs IAM permissions)"
-    check=cost status=ok usd_per_hour=16.83 nodes=11 source="infra/prices.yaml, AWS on-demand Linux list prices, 2025"
-    preflight status=ok failed=0 warnings=0 failed_checks=none
+it prints for cluster/aws.yaml (against moto, the local stand-in for AWS, in tests/test_aws.py)
+is the sample in docs/aws.md, Preflight, which `make docs` writes from that test's run.
 
 When the parameter cannot be read (a wrong name, or no ssm:GetParameters permission),
 the image check is one FAIL line with AWS's error and the fix, and the exit status is 1.
