@@ -73,8 +73,9 @@ def test_a_running_job_holds_the_cluster_up_and_idle_minutes_after_it_the_down_c
             watcher.kill()
     down_at = float(marker.read_text())
     seen = kinds(log_path)
-    # Busy for the whole job (longer than the idle time), idle after it, then down once: the last line.
-    assert seen.count("busy") >= JOB_S - 5 and seen[-1] == "down" and seen.count("down") == 1, seen
+    # Busy for the whole job (longer than the idle time), idle after it, then down once, and the down command
+    # run: the last two lines.
+    assert seen.count("busy") >= JOB_S - 5 and seen[-2:] == ["down", "run"] and seen.count("down") == 1, seen
     assert ended + IDLE_MINUTES * 60 <= down_at <= ended + IDLE_MINUTES * 60 + 5, (ended, down_at)
     print(f"autodown idle_minutes={IDLE_MINUTES} gone_after_s={down_at - ended:.1f} busy_spared=true")
 

@@ -16,6 +16,7 @@ both (infra/ci-docker.sh). About a minute: the pull copies 1.1 GB on loopback.
 import shutil
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -70,7 +71,9 @@ def test_a_node_pulls_the_pushed_image_instead_of_building_it(tmp_path, request)
     built = run(["make", "image"], clean_env(), timeout=1800)
     assert built.returncode == 0 and f"built image={IMAGE}" in built.stdout, built.stdout + built.stderr
 
+    host_bridge = Path("/sys/class/net/docker0").exists()  # the host engine's; the node's must not touch it
     with Registry() as registry, NodeEngine() as node:
+        assert Path("/sys/class/net/docker0").exists() == host_bridge, "the node's dockerd deleted docker0"
         # The mistakes first, while the node's engine is empty: an image not built there, a registry not answering.
         unbuilt = make_image_push(registry.address, node.env)
         assert unbuilt.returncode == 2, unbuilt.stdout + unbuilt.stderr

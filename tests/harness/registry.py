@@ -12,8 +12,11 @@ reach a registry on 127.0.0.0/8 without --insecure-registry, as a registry on a 
 The node's engine shares this machine's network (so it reaches the registry on loopback) but
 not its mounts: it runs in a mount namespace of its own whose /var/lib/docker-like data root
 is a tmpfs, so it starts with no image, no layer and no build cache, as a new node's engine
-does, and whatever it pulled or built is gone when it stops. It has no bridge and touches no
-iptables rule (--bridge=none --iptables=false): its containers run with --network none.
+does, and whatever it pulled or built is gone when it stops. It touches no iptables rule
+(--iptables=false) and its containers run with --network none, but it has a bridge of its own,
+made for it and deleted after: a dockerd with --bridge=none deletes docker0 on start (moby's
+removeDefaultBridgeInterface), which is the host engine's default bridge, as this one shares
+the host's network.
 """
 
 import json
@@ -46,11 +49,14 @@ http:
   addr: {address}
 """
 
+# The node engine's own bridge (never used by a container: they run with --network none).
+NODE_BRIDGE_ADDRESS = "10.215.0.1/24"
+
 NODE_INIT = """\
 set -eu
 mount -t tmpfs -o size={gb}g,mode=0710 pong-node-docker {folder}/data
 exec dockerd --host unix://{folder}/docker.sock --data-root {folder}/data --exec-root {folder}/exec \
-    --pidfile {folder}/dockerd.pid --bridge=none --iptables=false
+    --pidfile {folder}/dockerd.pid --bridge={bridge} --iptables=false --ip-masq=false --ip-forward=false
 """
 
 
@@ -124,11 +130,18 @@ class NodeEngine:
         self.folder = Path(tempfile.mkdtemp(prefix="pong-node-", dir="/var/tmp"))
         self.process = None
         self.env = {**os.environ, "DOCKER_HOST": f"unix://{self.folder}/docker.sock"}
+        self.bridge = f"pongnode{os.getpid() % 100000}"  # at most 15 characters, a Linux interface name
 
     def start(self):
         for sub in ("data", "exec"):
             (self.folder / sub).mkdir()
         self.log = open(self.folder / "dockerd.log", "w")
+        for step in (
+            ["ip", "link", "add", self.bridge, "type", "bridge"],
+            ["ip", "addr", "add", NODE_BRIDGE_ADDRESS, "dev", self.bridge],
+            ["ip", "link", "set", self.bridge, "up"],
+        ):
+            subprocess.run(step, check=True, capture_output=True, timeout=30)
         self.process = subprocess.Popen(
             [
                 "unshare",
@@ -137,7 +150,7 @@ class NodeEngine:
                 "private",
                 "bash",
                 "-c",
-                NODE_INIT.format(gb=NODE_DOCKER_GB, folder=self.folder),
+                NODE_INIT.format(gb=NODE_DOCKER_GB, folder=self.folder, bridge=self.bridge),
             ],
             stdout=self.log,
             stderr=subprocess.STDOUT,
@@ -167,6 +180,7 @@ class NodeEngine:
             stop_processes([self.process.pid], grace_s=30)
             self.process.wait(timeout=30)
             self.log.close()
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, timeout=30)
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def __enter__(self):
