@@ -73,6 +73,7 @@ class Launch:
         self.a, self.started = a, time.monotonic()
         self.up = False  # `ray up` began: something may bill
         self.tunnel = None
+        self.follower = None  # `make logs` of the job, while it follows
         self.job_id = None
         self.env = dict(os.environ, LAST_JOB_FILE=str(a.last_job_file))
 
@@ -117,7 +118,7 @@ class Launch:
             return "NOT_SUBMITTED", {}, {}
         self.job_id = self.a.last_job_file.read_text().strip()
         say(step="follow", job=self.job_id)
-        follow = subprocess.Popen(
+        follow = self.follower = subprocess.Popen(
             [sys.executable, str(REPO / "job" / "jobs.py"), "logs", self.job_id],
             env=self.env,
             stdin=subprocess.DEVNULL,
@@ -180,6 +181,14 @@ class Launch:
 
     def interrupted(self):
         """What Ctrl-C leaves, and how to end it."""
+        # The follower got the Ctrl-C too, but Ray's log stream may hold it up: it only reads, so end it.
+        if self.follower and self.follower.poll() is None:
+            self.follower.terminate()
+            try:
+                self.follower.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.follower.kill()
+                self.follower.wait()
         self.close_tunnel()
         if not self.up:
             return
@@ -242,6 +251,9 @@ def main(argv=None):
     if a.out.exists() and any(a.out.iterdir()):
         fail(f"{a.out} is not empty; pass OUT=<a new folder>")
     launch = Launch(a)
+    # Ctrl-C ends this command even when it was started with SIGINT ignored (as `cmd &` in a script
+    # starts it), which Python would otherwise keep: the message below must come.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return launch.run()
     except KeyboardInterrupt:
