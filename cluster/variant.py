@@ -28,7 +28,7 @@ import shlex
 from pathlib import Path
 
 import yaml
-from pgpong.cli import Parser, at_least, checked, fail  # job/pong on PYTHONPATH, as the Makefile sets it
+from pgpong.cli import Parser, at_least, checked, fail, non_negative  # job/pong on PYTHONPATH, as the Makefile sets it
 from pgpong.logline import kv
 
 
@@ -92,14 +92,6 @@ def with_autodown(config, minutes):
     return config
 
 
-def minutes_or_off(text):
-    """AUTODOWN's value: minutes, 0 for none; ValueError otherwise."""
-    value = float(text)
-    if not 0 <= value < float("inf"):
-        raise ValueError
-    return value
-
-
 # A registry of Amazon ECR: <account>.dkr.ecr.<region>.amazonaws.com (.com.cn in China's regions).
 ECR_HOST = re.compile(r"^\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(\.cn)?$")
 # The build step of the YAMLs' initialization_commands: what a pull replaces.
@@ -149,7 +141,7 @@ def main(argv=None):
     p.add_argument("--min-workers", type=at_least(0), help="the fewest workers (MIN_WORKERS; default: the YAML's)")
     p.add_argument(
         "--autodown",
-        type=checked(minutes_or_off, "minutes >= 0 (0: none)"),
+        type=checked(non_negative, "minutes >= 0 (0: none)"),
         help="minutes idle before the head tears the cluster down; 0: never",
     )
     p.add_argument("--image", help="REGISTRY/name:tag that every node pulls instead of building the image (IMAGE)")

@@ -162,29 +162,37 @@ def aws_down(ec2, cluster_name):
     return done
 
 
-def teardown_for(config, down_command=None, stop_command="ray stop"):
-    """(what tears this cluster down, the provider's name): down_command if given, else by the provider
-    of the launcher's config, after stop_command (the head's Ray, its autoscaler with it). ValueError
-    when the config cannot say."""
-    if down_command:
-        return (lambda: shell(down_command)), "command"
-    provider = config.get("provider", {}).get("type")
-    if provider == "aws":
+class Teardown:
+    """What tears this cluster down, chosen once from the launcher's config: `provider` names it (aws,
+    local, or command for --down-command), and calling it runs it; its exit status. A provider's teardown
+    first runs stop_command (the head's Ray, its autoscaler with it). ValueError when the config cannot say."""
 
-        def aws():
-            import boto3  # on the head only: the image has it; the tests pass a client of their own
+    def __init__(self, config, down_command=None, stop_command="ray stop"):
+        self.config, self.down_command, self.stop_command = config, down_command, stop_command
+        self.provider = "command" if down_command else config.get("provider", {}).get("type")
+        self.run = {"command": self.command, "aws": self.aws, "local": self.local}.get(self.provider)
+        if self.run is None:
+            raise ValueError(f"provider {self.provider!r}: autodown knows aws and local; pass --down-command")
 
-            ec2 = boto3.client("ec2", region_name=config["provider"]["region"])
-            instances(ec2, config["cluster_name"])  # the role can see them: else stop nothing, say why
-            shell(stop_command)  # the autoscaler first: it must not launch a worker that nobody then ends
-            aws_down(ec2, config["cluster_name"])
-            return 0
+    def __call__(self):
+        return self.run()
 
-        return aws, provider
-    if provider == "local":
-        path = config["_path"]
-        return (lambda: shell(f"{stop_command}; ray down -y --workers-only {path} && ray down -y {path}")), provider
-    raise ValueError(f"provider {provider!r}: autodown knows aws and local; pass --down-command")
+    def command(self):
+        return shell(self.down_command)
+
+    def aws(self):
+        import boto3  # on the head only: the image has it; the tests pass a client of their own
+
+        ec2 = boto3.client("ec2", region_name=self.config["provider"]["region"])
+        name = self.config["cluster_name"]
+        instances(ec2, name)  # the role can see them: else stop nothing, say why
+        shell(self.stop_command)  # the autoscaler first: it must not launch a worker that nobody then ends
+        aws_down(ec2, name)
+        return 0
+
+    def local(self):
+        path = self.config["_path"]
+        return shell(f"{self.stop_command}; ray down -y --workers-only {path} && ray down -y {path}")
 
 
 def dashboard_address(config):
@@ -217,11 +225,11 @@ def main(argv=None):
         except (OSError, ValueError) as error:
             parser.exit(2, f"autodown: cannot read the launcher's config {path} ({type(error).__name__})\n")
     try:
-        teardown, provider = teardown_for(config, a.down_command)
+        teardown = Teardown(config, a.down_command)
     except ValueError as error:
         parser.exit(2, f"autodown: {error}\n")
     address = a.address or dashboard_address(config)
-    sys.exit(watch(address, a.idle_minutes, a.poll_s, teardown, provider=provider))
+    sys.exit(watch(address, a.idle_minutes, a.poll_s, teardown, provider=teardown.provider))
 
 
 if __name__ == "__main__":

@@ -102,9 +102,10 @@ def states(ec2):
     return {i["InstanceId"]: i["State"]["Name"] for page in pages for r in page["Reservations"] for i in r["Instances"]}
 
 
-def test_on_aws_it_terminates_this_clusters_instances_only_workers_first_with_the_head_roles_two_rights(
-    tmp_path, monkeypatch
-):
+@pytest.fixture
+def moto_ec2(tmp_path, monkeypatch):
+    """moto's server of its own on loopback, checking IAM, with this process as its admin: (the admin's EC2
+    client, become(name, actions): from then on this process is a new user allowed only those actions)."""
     import boto3
 
     server, endpoint = moto_with_iam(tmp_path)  # checks IAM after 4 calls: an admin is made in the first 3
@@ -113,75 +114,74 @@ def test_on_aws_it_terminates_this_clusters_instances_only_workers_first_with_th
         admin = iam_user(boto3.session.Session().client("iam"), "admin", "*")
         use_aws(monkeypatch, endpoint, admin, AWS_DEFAULT_REGION="us-west-2")
         setup = boto3.session.Session()
-        ec2 = setup.client("ec2")
-        head = launch(ec2, 1, ray_cluster_name="pong", ray_node_type="head")
-        workers = launch(ec2, 3, ray_cluster_name="pong", ray_node_type="worker")
-        ended = launch(ec2, 1, ray_cluster_name="pong", ray_node_type="worker")
-        ec2.terminate_instances(InstanceIds=ended)  # gone already: not asked again
-        other = launch(ec2, 1, ray_cluster_name="pong-b", ray_node_type="head") + launch(
-            ec2, 2, ray_cluster_name="pong-b", ray_node_type="worker"
-        )
-        untagged = launch(ec2, 1)
-        role = iam_user(setup.client("iam"), "head-role", HEAD_ROLE)
+        iam = setup.client("iam")
 
-        use_aws(monkeypatch, endpoint, role, AWS_DEFAULT_REGION="us-west-2")
-        as_head = boto3.session.Session().client("ec2")
-        asked = []
-        as_head.meta.events.register(
-            "provide-client-params.ec2.TerminateInstances",
-            lambda params, **_: asked.append(sorted(params["InstanceIds"])),
-        )
-        done = autodown.aws_down(as_head, "pong")
-        after = states(ec2)
+        def become(name, actions):
+            use_aws(monkeypatch, endpoint, iam_user(iam, name, actions), AWS_DEFAULT_REGION="us-west-2")
+
+        yield setup.client("ec2"), become
     finally:
         server.kill()
         server.wait()
+
+
+def test_on_aws_it_terminates_this_clusters_instances_only_workers_first_with_the_head_roles_two_rights(moto_ec2):
+    import boto3
+
+    ec2, become = moto_ec2
+    head = launch(ec2, 1, ray_cluster_name="pong", ray_node_type="head")
+    workers = launch(ec2, 3, ray_cluster_name="pong", ray_node_type="worker")
+    ended = launch(ec2, 1, ray_cluster_name="pong", ray_node_type="worker")
+    ec2.terminate_instances(InstanceIds=ended)  # gone already: not asked again
+    other = launch(ec2, 1, ray_cluster_name="pong-b", ray_node_type="head") + launch(
+        ec2, 2, ray_cluster_name="pong-b", ray_node_type="worker"
+    )
+    untagged = launch(ec2, 1)
+
+    become("head-role", HEAD_ROLE)
+    as_head = boto3.session.Session().client("ec2")
+    asked = []
+    as_head.meta.events.register(
+        "provide-client-params.ec2.TerminateInstances",
+        lambda params, **_: asked.append(sorted(params["InstanceIds"])),
+    )
+    done = autodown.aws_down(as_head, "pong")
+    after = states(ec2)
     assert asked == [workers, head], asked
     assert done == [("workers", workers), ("head", head)], done
     assert {after[i] for i in workers + head} <= {"shutting-down", "terminated"}, after
     assert {after[i] for i in other + untagged} == {"running"}, after
 
 
-def test_a_head_role_that_cannot_see_the_instances_stops_nothing_and_says_so(tmp_path, monkeypatch):
+def test_a_head_role_that_cannot_see_the_instances_stops_nothing_and_says_so(tmp_path, moto_ec2):
     """The teardown the watcher runs on AWS, from the launcher's config, with a role short of
     ec2:DescribeInstances: an error before anything is stopped (the head's Ray included: its stop
     command here writes a file), and every instance still running."""
-    import boto3
     from botocore.exceptions import ClientError
 
-    server, endpoint = moto_with_iam(tmp_path)
+    ec2, become = moto_ec2
     marker = tmp_path / "ray-stopped"
-    try:
-        use_aws(monkeypatch, endpoint, AWS_DEFAULT_REGION="us-west-2")
-        admin = iam_user(boto3.session.Session().client("iam"), "admin", "*")
-        use_aws(monkeypatch, endpoint, admin, AWS_DEFAULT_REGION="us-west-2")
-        setup = boto3.session.Session()
-        ec2 = setup.client("ec2")
-        ids = launch(ec2, 1, ray_cluster_name="pong", ray_node_type="head") + launch(
-            ec2, 2, ray_cluster_name="pong", ray_node_type="worker"
-        )
-        short = iam_user(setup.client("iam"), "short-role", ["ec2:TerminateInstances"])
-        use_aws(monkeypatch, endpoint, short, AWS_DEFAULT_REGION="us-west-2")
-        config = {"provider": {"type": "aws", "region": "us-west-2"}, "cluster_name": "pong"}
-        teardown, _ = autodown.teardown_for(config, stop_command=f"touch {marker}")
-        with pytest.raises(ClientError, match="DescribeInstances"):
-            teardown()
-        after = states(ec2)
-    finally:
-        server.kill()
-        server.wait()
+    ids = launch(ec2, 1, ray_cluster_name="pong", ray_node_type="head") + launch(
+        ec2, 2, ray_cluster_name="pong", ray_node_type="worker"
+    )
+    become("short-role", ["ec2:TerminateInstances"])
+    config = {"provider": {"type": "aws", "region": "us-west-2"}, "cluster_name": "pong"}
+    teardown = autodown.Teardown(config, stop_command=f"touch {marker}")
+    with pytest.raises(ClientError, match="DescribeInstances"):
+        teardown()
+    after = states(ec2)
     assert not marker.exists(), "the head's Ray was stopped although the teardown could not go on"
     assert {after[i] for i in ids} == {"running"}, after
 
 
 def test_the_launchers_config_chooses_the_teardown(tmp_path):
-    aws, provider = autodown.teardown_for({"provider": {"type": "aws", "region": "us-west-2"}, "cluster_name": "x"})
-    assert provider == "aws" and callable(aws)
-    local, provider = autodown.teardown_for({"provider": {"type": "local"}, "_path": "/root/c.yaml"})
-    assert provider == "local" and callable(local)
-    assert autodown.teardown_for({"provider": {"type": "gcp"}}, down_command="true")[1] == "command"
+    aws = autodown.Teardown({"provider": {"type": "aws", "region": "us-west-2"}, "cluster_name": "x"})
+    assert aws.provider == "aws" and aws.run == aws.aws
+    local = autodown.Teardown({"provider": {"type": "local"}, "_path": "/root/c.yaml"})
+    assert local.provider == "local" and local.run == local.local
+    assert autodown.Teardown({"provider": {"type": "gcp"}}, down_command="true").provider == "command"
     with pytest.raises(ValueError, match="provider 'gcp': autodown knows aws and local"):
-        autodown.teardown_for({"provider": {"type": "gcp"}})
+        autodown.Teardown({"provider": {"type": "gcp"}})
     # The Jobs API it watches: where the config's `ray start` put the dashboard.
     starts = ["ray stop", "ray start --head --port=6379 --dashboard-host=127.0.0.1 --dashboard-port=39001 --x"]
     assert autodown.dashboard_address({"head_start_ray_commands": starts}) == "http://127.0.0.1:39001"

@@ -58,6 +58,14 @@ def positive(text):
     return value
 
 
+def non_negative(text):
+    """A finite number >= 0, or ValueError."""
+    value = float(text)
+    if not 0 <= value < float("inf"):
+        raise ValueError
+    return value
+
+
 def at_least(minimum):
     """An argparse type: a whole number >= minimum."""
     return checked(lambda text: whole(text, minimum), f"a whole number >= {minimum}")

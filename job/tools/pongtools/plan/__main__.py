@@ -1,6 +1,6 @@
 """python -m pongtools.plan {project,inputs,calibrate,probe}: see __init__.py. A mistake is one line, exit 2."""
 
-from pgpong.cli import Parser, at_least, checked, fail, positive
+from pgpong.cli import Parser, at_least, checked, fail, non_negative, positive
 from pgpong.logline import kv
 
 from . import PlanError, calibration, endtoend, inputs, milestones, model, report
@@ -26,20 +26,20 @@ def parser():
     )
     q.add_argument(
         "--interruptions-per-node-hour",
-        type=checked(at_least_zero, "a number >= 0"),
+        type=checked(non_negative, "a number >= 0"),
         default=0.0,
         help="how often EC2 takes a spot worker back, per node-hour (default 0)",
     )
     q.add_argument(
         "--detect-s",
-        type=checked(at_least_zero, "a number of seconds >= 0"),
+        type=checked(non_negative, "a number of seconds >= 0"),
         default=model.DETECT_S,
         help=f"seconds until Ray declares a lost node dead (default {model.DETECT_S:g}, from Ray's health checks: "
         "see model.DETECT_S)",
     )
     q.add_argument(
         "--node-start-s",
-        type=checked(at_least_zero, "a number of seconds >= 0"),
+        type=checked(non_negative, "a number of seconds >= 0"),
         default=model.NODE_START_S,
         help=f"seconds until a replacement node's actors play, image build included (default {model.NODE_START_S:g}, "
         "an estimate: see model.NODE_START_S)",
@@ -104,14 +104,6 @@ def parser():
     r.add_argument("--niceness", type=int, default=0, help="run at this niceness, as the actors it stands for")
     r.set_defaults(command=probe)
     return p
-
-
-def at_least_zero(text):
-    """A finite number >= 0, or ValueError."""
-    value = float(text)
-    if not 0 <= value < float("inf"):
-        raise ValueError
-    return value
 
 
 def project(a):
