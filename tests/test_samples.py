@@ -68,3 +68,17 @@ def test_a_saved_sample_runs_a_command_named_twice_twice(tmp_path):
     step = f"echo x >> {count}; wc -l < {count}"
     path = samples.save("twice", [step, step], folder=tmp_path)
     assert path.read_text().splitlines()[1:] == [f"$ {step}", "1", f"$ {step}", "2"]
+
+
+@pytest.mark.parametrize(
+    "value, kwargs, shown",
+    [
+        ("40", {}, "40"),
+        ("40..42", {}, "40-42"),
+        ("0.04236..0.04482", {"scale": 60, "digits": 1}, "2.5-2.7"),
+        ("0.713..0.7544", {"digits": 2, "form": "${}"}, "$0.71-$0.75"),
+        ("0.7131..0.7149", {"digits": 2, "form": "${}"}, "$0.71"),  # the same once rounded: one figure
+    ],
+)
+def test_a_figure_over_seeds_is_shown_as_a_range_and_one_seeds_as_itself(value, kwargs, shown):
+    assert samples.span(value, **kwargs) == shown

@@ -130,6 +130,17 @@ def line_of(command, kind, **match):
     raise LookupError(f"`{command}` printed no {kind} line with {match}")
 
 
+def span(value, scale=1, digits=None, form="{}"):
+    """A figure of a line as a sentence shows it: a number, or a range over seeds (`40..42`) as `40-42`;
+    each end times scale, rounded to digits places (None: as printed), then put in form (`${}`)."""
+
+    def one(text):
+        return form.format(text if digits is None else f"{float(text) * scale:.{digits}f}")
+
+    low, _, high = value.partition("..")
+    return f"{one(low)}-{one(high)}" if high and one(low) != one(high) else one(low)
+
+
 def saved(name):
     """Write a saved sample: the line that says when and where it was made, then its block."""
     header, *lines = (SAMPLES / f"{name}.txt").read_text().splitlines()
