@@ -187,7 +187,7 @@ class Teardown:
         name = self.config["cluster_name"]
         instances(ec2, name)  # the role can see them: else stop nothing, say why
         shell(self.stop_command)  # the autoscaler first: it must not launch a worker that nobody then ends
-        aws_down(ec2, name)
+        aws_down(ec2, name)  # lists them again: a worker launched before the stop is among them
         return 0
 
     def local(self):

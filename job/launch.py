@@ -66,6 +66,20 @@ def free_port():
         return s.getsockname()[1]
 
 
+def end(process, group=False, grace_s=10):
+    """End a child of ours that only reads or forwards, if it still runs: SIGTERM (to its whole process
+    group with group=True), then SIGKILL if it has not gone within grace_s."""
+    if process is None or process.poll() is not None:
+        return
+    send = (lambda signum: os.killpg(process.pid, signum)) if group else process.send_signal
+    send(signal.SIGTERM)
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        send(signal.SIGKILL)
+        process.wait()
+
+
 class Launch:
     """One `make run`: what it started, so that the end (or Ctrl-C) can say what still runs."""
 
@@ -103,9 +117,7 @@ class Launch:
         raise RuntimeError(f"`ray dashboard {self.a.cluster}` forwarded nothing within {TUNNEL_WAIT_S}s")
 
     def close_tunnel(self):
-        if self.tunnel and self.tunnel.poll() is None:
-            os.killpg(self.tunnel.pid, signal.SIGTERM)
-            self.tunnel.wait(timeout=30)
+        end(self.tunnel, group=True, grace_s=30)  # `ray dashboard` and the ssh it started
 
     def train(self):
         """Submit and follow; (the job's final status, its start line's fields, its done line's fields)."""
@@ -182,13 +194,7 @@ class Launch:
     def interrupted(self):
         """What Ctrl-C leaves, and how to end it."""
         # The follower got the Ctrl-C too, but Ray's log stream may hold it up: it only reads, so end it.
-        if self.follower and self.follower.poll() is None:
-            self.follower.terminate()
-            try:
-                self.follower.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.follower.kill()
-                self.follower.wait()
+        end(self.follower)
         self.close_tunnel()
         if not self.up:
             return
