@@ -65,12 +65,13 @@ def variant(config, spot, min_workers=None):
 
 
 # How the head starts the watcher: in the background, out of the launcher's SSH session, a watcher
-# from an earlier `ray up` stopped first; its lines go to /tmp/ray/autodown.log in the head's container.
+# from an earlier `ray up` stopped first; its lines go to the head's Ray log folder
+# (/tmp/ray/session_latest/logs/autodown.log in its container), where `make status` and `ray logs` find them.
 AUTODOWN = "infra/autodown.py"
 AUTODOWN_COMMAND = (
     "kill $(cat /tmp/ray/autodown.pid 2>/dev/null) 2>/dev/null; mkdir -p /tmp/ray;"
     " (setsid nohup python /tmp/pong-build/infra/autodown.py --idle-minutes {minutes}"
-    " >> /tmp/ray/autodown.log 2>&1 < /dev/null & echo $! > /tmp/ray/autodown.pid)"
+    " >> /tmp/ray/session_latest/logs/autodown.log 2>&1 < /dev/null & echo $! > /tmp/ray/autodown.pid)"
 )
 
 

@@ -6,7 +6,8 @@ with no laptop needed.
 cluster/aws.yaml starts it so from head_start_ray_commands (20 minutes; `make up AUTODOWN=N` sets N,
 AUTODOWN=0 leaves it out; docs/aws.md, Autodown). Every --poll-s seconds it asks the head's Jobs API
 (--address; by default the head's loopback at the --dashboard-port of the config's `ray start`, else
-8265; with the cluster's token from RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token) for the cluster's jobs.
+8265) for the cluster's jobs, with the cluster's token found as Ray's own clients find it: RAY_AUTH_TOKEN,
+else the file RAY_AUTH_TOKEN_PATH names, else ~/.ray/auth_token.
 A job that is PENDING or RUNNING holds the cluster up, whatever its age: this never stops a job. Once
 no job has been running for --idle-minutes (counted from the end of the last one, or from the
 watcher's start when none ran), it tears the cluster down once and exits.
@@ -22,17 +23,22 @@ autoscaler can no longer launch a worker, then the workers, then the head.
   they are yours, not rented).
 --down-command replaces all of that with one shell command (the tests use it).
 
-When the Jobs API does not answer (the head's Ray restarting, say), it counts as busy: the watcher
-never tears down a cluster whose jobs it cannot see, and says so each time. Its lines are key=value:
+Whenever it cannot see the jobs it says so loudly, one `autodown error` line a look, and tears nothing
+down: a cluster whose jobs it cannot see may be training. Its idle time starts again once it sees them.
+The kinds: token (token auth is on and the token cannot be read: Ray's own words follow), refused (the
+Jobs API answered 401 or 403: the token is not the cluster's), unreachable (no answer: the head's Ray
+restarting, say), bad_answer. Its lines are key=value, in the head's Ray log folder
+(/tmp/ray/session_latest/logs/autodown.log), whose last line `make status` shows:
 
     autodown start idle_minutes=20 poll_s=30 address=http://127.0.0.1:8265 provider=aws
     autodown busy running=1 idle_s=0
     autodown idle idle_s=900 left_s=300
+    autodown error kind=refused status=401 detail='...' note=cannot_see_the_jobs_so_tears_nothing_down
     autodown down idle_s=1200 provider=aws
     autodown terminate kind=workers instances=10
     autodown terminate kind=head instances=1
 
-Stdlib only, but for boto3 on AWS (the image has it): it runs with whatever Python the head has.
+Stdlib only, but for Ray's token loader and boto3 on AWS (the image has both): it runs with the head's Python.
 """
 
 import argparse
@@ -58,27 +64,52 @@ LIVE = ["pending", "running", "stopping", "stopped"]
 def say(what, **fields):
     words = []
     for key, value in fields.items():
-        text = str(value)
+        text = " ".join(str(value).split())  # one line, whatever the value held
         words.append(f"{key}={shlex.quote(text) if ' ' in text else text}")
     print(" ".join(["autodown", what, *words]), flush=True)
 
 
-def token():
-    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+def fields(line):
+    """A line of say's back as {"what": ..., key: value}."""
+    words = shlex.split(line)
+    return {"what": words[1], **dict(word.split("=", 1) for word in words[2:])}
+
+
+class CannotSee(Exception):
+    """The jobs cannot be seen: kind (token, refused, unreachable, bad_answer) and what was said."""
+
+    def __init__(self, kind, detail, **fields):
+        super().__init__(detail)
+        self.kind, self.detail, self.fields = kind, detail, fields
+
+
+def auth_header():
+    """{"authorization": "Bearer ..."} as Ray's own clients send it, {} when token auth is off; CannotSee
+    when it is on and the token cannot be read. Read again at each look: a token put in place later counts."""
+    from ray._raylet import AuthenticationTokenLoader
+    from ray.exceptions import AuthenticationError
+
+    loader = AuthenticationTokenLoader.instance()
+    loader.reset_cache()
     try:
-        return path.read_text().strip() or None
-    except OSError:
-        return None
+        return loader.get_token_for_http_header()
+    except AuthenticationError as error:
+        raise CannotSee("token", str(error).split(". Ensure")[0]) from None
 
 
 def jobs(address, timeout_s=10):
-    """The cluster's jobs as the Jobs API lists them; raises OSError when it does not answer."""
-    request = urllib.request.Request(address.rstrip("/") + "/api/jobs/")
-    secret = token()
-    if secret:
-        request.add_header("Authorization", "Bearer " + secret)
-    with urllib.request.urlopen(request, timeout=timeout_s) as response:
-        return json.loads(response.read())
+    """The cluster's jobs as the Jobs API lists them; CannotSee when they cannot be had."""
+    request = urllib.request.Request(address.rstrip("/") + "/api/jobs/", headers=auth_header())
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as error:  # before OSError: it is one
+        kind = "refused" if error.code in (401, 403) else "bad_answer"
+        raise CannotSee(kind, error.read().decode(errors="replace").strip()[:200], status=error.code) from None
+    except OSError as error:  # URLError, a timeout, a reset connection
+        raise CannotSee("unreachable", str(getattr(error, "reason", error))) from None
+    except ValueError as error:  # not JSON
+        raise CannotSee("bad_answer", str(error)) from None
 
 
 def idle_since(listed, started):
@@ -97,8 +128,14 @@ def watch(address, idle_minutes, poll_s, teardown, clock=time.time, sleep=time.s
     while True:
         try:
             listed = jobs(address)
-        except (OSError, ValueError) as error:  # URLError is an OSError; ValueError: not JSON
-            say("unknown", error=type(error).__name__, note="counted_as_busy")
+        except CannotSee as error:
+            say(
+                "error",
+                kind=error.kind,
+                **error.fields,
+                detail=error.detail,
+                note="cannot_see_the_jobs_so_tears_nothing_down",
+            )
             started = clock()  # idle time restarts once the jobs can be seen again
         else:
             since = idle_since(listed, started)

@@ -12,10 +12,17 @@
 #   registry  BASE_IMAGE (the Dockerfile's default, Ray's own image) pulled from Docker Hub;
 #             pip inside the build installs from PyPI. What AWS nodes and most machines do.
 #   local     for machines that reach Debian's mirror and PyPI but no image registry: a
-#             Debian 12 root made by debootstrap (Python 3.11 with a venv at /opt/venv,
-#             rsync, ssh), imported into Docker; pip inside the build installs only from a
-#             wheelhouse that pip downloads here first, checked against the lock's hashes.
-#             Needs root and the debootstrap package.
+#             Debian 12 root made by debootstrap that runs as Ray's image does (user ray,
+#             uid 1000, gid 100, HOME /home/ray, passwordless sudo, /root 0700, a Python 3.11
+#             venv owned by ray at /home/ray/venv with Ray and the packages of
+#             infra/local-base.txt at other versions than the lock's), imported into
+#             Docker; pip inside the build installs only from a wheelhouse that pip
+#             downloads here first, checked against the lock's hashes. Making it needs root
+#             and the debootstrap package; a host that finds it made in the cache (below)
+#             needs neither.
+#
+# A host that can pull neither Ray's image nor find the local base made, and is not root (an
+# AWS node, whose build runs as ubuntu), stops with one line that gives the pull's own error.
 #
 # Both are cached: the Debian root in .cache/image/, the wheels in .cache/wheelhouse/ (made
 # again when requirements.txt changes), the layers in Docker. Delete .cache/ to start over.
@@ -37,12 +44,15 @@ image="$(sed -n 's/^IMAGE=//p' "$here/image.env")"
 [[ -n "$image" ]] || die "infra/image.env has no IMAGE= line; put the image name there"
 # The registry base is the Dockerfile's default, so it is written down once.
 registry_base="${BASE_IMAGE:-$(sed -n 's/^ARG BASE_IMAGE=//p' "$here/Dockerfile")}"
-# Names the local base after what is in it; change the tag when the package list changes.
-local_base="pong-debian-base:bookworm-py311"
-local_root_tar="$cache/image/debian-bookworm-py311.tar"
+# Names the local base after what is in it; change the tag when the package list or the user changes.
+local_base="pong-debian-base:bookworm-py311-ray1000"
+local_root_tar="$cache/image/debian-bookworm-py311-ray1000.tar"
 # What a node needs besides Python: rsync and ssh for the cluster launcher, ps for Ray's
-# tools, CA certificates for anything that talks HTTPS.
-local_packages="python3,python3-venv,rsync,openssh-client,ca-certificates,procps,netbase"
+# tools, CA certificates for anything that talks HTTPS, sudo as Ray's image has it.
+local_packages="python3,python3-venv,rsync,openssh-client,ca-certificates,procps,netbase,sudo"
+# Ray's image user: rayproject/ray runs as ray (uid 1000, gid 100 "users", HOME /home/ray).
+ray_uid=1000 ray_gid=100 ray_home=/home/ray
+venv="$ray_home/venv"
 
 docker info >/dev/null 2>&1 || die "no Docker engine answers; start one (Debian: apt-get install docker.io, then dockerd &; or run infra/ci-docker.sh)"
 
@@ -64,11 +74,27 @@ make_local_root() {
     debootstrap --variant=minbase --include="$local_packages" bookworm "$root" \
         "${DEBIAN_MIRROR:-http://deb.debian.org/debian}" >"$cache/image/debootstrap.log" 2>&1 \
         || die "debootstrap failed; its log is $cache/image/debootstrap.log"
-    # Debian's Python refuses system-wide pip installs (PEP 668): Ray goes in a venv.
-    chroot "$root" python3 -m venv /opt/venv
+    # Ray's image user, with sudo and no password, and root's home closed to it, as on Ubuntu.
+    chroot "$root" useradd --uid "$ray_uid" --gid "$ray_gid" --home-dir "$ray_home" --create-home --shell /bin/bash ray
+    echo 'ray ALL=(ALL) NOPASSWD:ALL' >"$root/etc/sudoers.d/ray"
+    chmod 0440 "$root/etc/sudoers.d/ray"
+    chmod 0700 "$root/root"
+    # Debian's Python refuses system-wide pip installs (PEP 668): Ray's user gets a venv of its own,
+    # which it fills as Ray's image is filled: Ray of the lock, and other packages at other versions.
+    local wheels="$root/tmp/base-wheels"
+    mkdir -p "$wheels"
+    cp "$cache"/wheelhouse/ray-*.whl "$wheels/"
+    "$(download_python)" -m pip download --disable-pip-version-check --only-binary=:all: --no-deps --require-hashes \
+        -r "$here/local-base.txt" -d "$wheels" >"$cache/image/pip-download-base.log" 2>&1 \
+        || die "pip could not download infra/local-base.txt (log: $cache/image/pip-download-base.log)"
+    as_ray=(chroot --userspec="$ray_uid:$ray_gid" "$root" env HOME="$ray_home")
+    "${as_ray[@]}" python3 -m venv "$venv"
+    local found=("$wheels"/*.whl)
+    "${as_ray[@]}" "$venv/bin/pip" install --quiet --disable-pip-version-check --no-index --no-deps \
+        "${found[@]#"$root"}"
+    rm -rf "$wheels"
     # Ray runs node commands in `bash --login`, whose /etc/profile resets PATH.
-    # shellcheck disable=SC2016 # $PATH is for the login shell to expand, not this one
-    echo 'export PATH="/opt/venv/bin:$PATH"' >"$root/etc/profile.d/venv.sh"
+    echo "export PATH=\"$venv/bin:\$PATH\"" >"$root/etc/profile.d/venv.sh"
     rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
     tar -C "$root" -cf "$local_root_tar.part" .
     mv "$local_root_tar.part" "$local_root_tar"
@@ -92,10 +118,26 @@ import_local_base() {
     make_local_root
     say "importing $local_root_tar as $local_base"
     docker import \
-        --change 'ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+        --change "USER ray" \
+        --change "WORKDIR $ray_home" \
+        --change "ENV HOME=$ray_home" \
+        --change "ENV PATH=$venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
         --change 'ENV LANG=C.UTF-8' \
         --change 'CMD ["bash"]' \
         "$local_root_tar" "$local_base" >/dev/null
+}
+
+can_have_local_base() {
+    # Made here (root, debootstrap) or found made: in the engine, or in the cache.
+    docker image inspect "$local_base" >/dev/null 2>&1 || [[ -s "$local_root_tar" || $EUID -eq 0 ]]
+}
+
+download_python() {
+    local python="${PYTHON:-}"
+    if [[ -z "$python" ]]; then
+        if [[ -x "$repo/.venv/bin/python" ]]; then python="$repo/.venv/bin/python"; else python=python3; fi
+    fi
+    echo "$python"
 }
 
 download_wheels() {
@@ -105,10 +147,8 @@ download_wheels() {
     if [[ -d "$cache/wheelhouse" && "$(cat "$stamp" 2>/dev/null)" == "$want" ]]; then
         return
     fi
-    local python="${PYTHON:-}"
-    if [[ -z "$python" ]]; then
-        if [[ -x "$repo/.venv/bin/python" ]]; then python="$repo/.venv/bin/python"; else python=python3; fi
-    fi
+    local python
+    python="$(download_python)"
     # The wheels must fit the container's Python: same version, Linux x86_64 like the base.
     "$python" -c 'import sys, platform; sys.exit(sys.version_info[:2] != (3, 11) or platform.machine() != "x86_64")' \
         || die "$python is not Python 3.11 on x86_64 Linux, so its wheels would not fit the image; set PYTHON to one that is"
@@ -129,6 +169,7 @@ if [[ "${LOCAL_BASE:-0}" == 1 ]]; then
 elif ! docker image inspect "$registry_base" >/dev/null 2>&1; then
     say "pulling $registry_base"
     if ! pulled="$(docker pull "$registry_base" 2>&1)"; then
+        can_have_local_base || die "cannot pull $registry_base ($(tail -1 <<<"$pulled")), and the local base it falls back to is not made here and needs root to make; check this host's network and Docker Hub access"
         say "cannot pull $registry_base ($(tail -1 <<<"$pulled")); using a local Debian base instead"
         mode=local
     fi
@@ -146,8 +187,8 @@ if [[ $mode == local ]]; then
     # The shared parts are made by one build at a time; the others wait, then find them made.
     exec 9>"$cache/image/.lock"
     flock 9
-    import_local_base
     download_wheels
+    import_local_base
     flock -u 9
     # Hard links when the cache shares a file system with the folder: no copying.
     cp -al "$cache/wheelhouse/." "$context/wheelhouse/" 2>/dev/null || cp -a "$cache/wheelhouse/." "$context/wheelhouse/"

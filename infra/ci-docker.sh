@@ -8,7 +8,9 @@
 # Installs from Debian what is missing: docker.io; debootstrap, which
 # infra/build-image.sh needs where Docker Hub cannot be reached; openssh-server,
 # openssh-client and rsync, through which Ray's launcher reaches a host; docker-registry,
-# the registry tests/test_registry.py pushes the image to. The SSH server and the registry
+# the registry tests/test_registry.py pushes the image to; sudo and acl (setfacl), which
+# cluster/aws.yaml's initialization_commands run as the non-root login of
+# tests/test_aws_hosts.py's hosts, as on an AWS node. The SSH server and the registry
 # are only installed, never started: the tests run their own, on 127.0.0.1.
 # Then starts dockerd unless an engine already answers, and waits until it does.
 # Running it again changes nothing. Needs root and apt-get (Debian or Ubuntu). Machines
@@ -28,6 +30,8 @@ command -v debootstrap >/dev/null || missing+=(debootstrap)
 command -v ssh >/dev/null || missing+=(openssh-client)
 command -v rsync >/dev/null || missing+=(rsync)
 command -v docker-registry >/dev/null || missing+=(docker-registry)
+command -v sudo >/dev/null || missing+=(sudo)
+command -v setfacl >/dev/null || missing+=(acl)
 if ((${#missing[@]})); then
     [[ $EUID -eq 0 ]] || die "installing ${missing[*]} needs root; run this as root"
     command -v apt-get >/dev/null || die "no apt-get here; install ${missing[*]} with this system's package manager"

@@ -80,6 +80,46 @@ def test_a_running_job_holds_the_cluster_up_and_idle_minutes_after_it_the_down_c
     print(f"autodown idle_minutes={IDLE_MINUTES} gone_after_s={down_at - ended:.1f} busy_spared=true")
 
 
+def watch_for(cluster, env, marker, log_path, seconds):
+    """The watcher (idle after a second, a look every half second) for `seconds`, or until it exits; its lines."""
+    command = [sys.executable, str(REPO / "infra" / "autodown.py"), "--idle-minutes", "0.02", "--poll-s", "0.5"]
+    command += ["--address", cluster.address, "--down-command", f"touch {marker}"]
+    with open(log_path, "w") as log:
+        watcher = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
+            watcher.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            watcher.kill()
+            watcher.wait()
+    return [autodown.fields(line) for line in log_path.read_text().splitlines() if line.startswith("autodown ")]
+
+
+@pytest.mark.slow  # a Ray head of its own
+def test_jobs_it_cannot_see_are_an_error_line_at_each_look_and_never_a_teardown(tmp_path):
+    """The token is found as Ray's clients find it (RAY_AUTH_TOKEN before RAY_AUTH_TOKEN_PATH); a token the
+    cluster refuses, or one that cannot be read, is an error line at every look, and nothing is torn down."""
+    wrong, missing = tmp_path / "wrong", tmp_path / "missing"
+    wrong.write_text("not-the-clusters-token")
+    with two_node_cluster(second_node=False) as cluster:
+        seen = {}
+        for case, env in {
+            "refused": cluster.client_env(RAY_AUTH_TOKEN_PATH=str(wrong)),
+            "token": cluster.client_env(RAY_AUTH_TOKEN_PATH=str(missing)),
+            "seen": cluster.client_env(RAY_AUTH_TOKEN=cluster.token, RAY_AUTH_TOKEN_PATH=str(missing)),
+        }.items():
+            marker = tmp_path / f"down-{case}"
+            seen[case] = (watch_for(cluster, env, marker, tmp_path / f"{case}.log", seconds=6), marker.exists())
+    lines, torn_down = seen["refused"]
+    assert not torn_down and len(lines) >= 5 and {line["what"] for line in lines[1:]} == {"error"}, lines
+    assert {(line["kind"], line["status"]) for line in lines[1:]} == {("refused", "403")}, lines  # 403: not the token
+    lines, torn_down = seen["token"]
+    assert not torn_down and {line.get("kind") for line in lines[1:]} == {"token"}, lines
+    assert f"RAY_AUTH_TOKEN_PATH is set but file cannot be opened or is empty: {missing}" in lines[1]["detail"]
+    lines, torn_down = seen["seen"]
+    assert torn_down and [line["what"] for line in lines][-2:] == ["down", "run"], lines
+    assert "error" not in {line["what"] for line in lines}, lines
+
+
 # The two permissions docs/aws.md (Autodown) says the head's instance role needs, and nothing else.
 HEAD_ROLE = ["ec2:DescribeInstances", "ec2:TerminateInstances"]
 

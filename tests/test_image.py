@@ -8,6 +8,7 @@ The first build on a machine takes a minute or a few (a Debian base is made with
 debootstrap where Docker Hub cannot be reached); later ones hit the caches in seconds.
 """
 
+import json
 import os
 import re
 import shutil
@@ -31,6 +32,9 @@ LOCKED = {e.name: str(e.version) for e in read_lock(REPO / "requirements.txt") i
 IN_CONTAINER = r"""
 set -e
 echo "ray_cli=$(command -v ray) rsync=$(command -v rsync) ssh=$(command -v ssh)"
+python_prefix="$(python -c 'import sys; print(sys.prefix)')"
+sudo -n true && sudo=yes || sudo=no
+echo "user uid=$(id -u) gid=$(id -g) home=$HOME root_mode=$(stat -c %a /root) python_owner=$(stat -c %U "$python_prefix") sudo=$sudo lang=$LANG"
 echo "env OPENBLAS_NUM_THREADS=$OPENBLAS_NUM_THREADS MKL_NUM_THREADS=$MKL_NUM_THREADS OMP_NUM_THREADS=$OMP_NUM_THREADS RAY_AUTH_MODE=$RAY_AUTH_MODE"
 python - <<'PY'
 import ale_py, gymnasium as gym, ray
@@ -90,6 +94,21 @@ def test_the_image_builds_and_runs_pong():
         timeout=300,
     )
     assert ran.returncode == 0, ran.stdout + ran.stderr
+    # Ray's image user, as rayproject/ray runs on AWS (Ray's launcher passes no --user): uid 1000, gid 100,
+    # HOME /home/ray, passwordless sudo, a Python of its own, and root's home closed to it.
+    user = key_values(ran.stdout, "user")
+    assert user == {
+        "uid": "1000",
+        "gid": "100",
+        "home": "/home/ray",
+        "root_mode": "700",
+        "python_owner": "ray",
+        "sudo": "yes",
+        "lang": "C.UTF-8",
+    }, ran.stdout
+    # Ray's launcher mounts file_mounts under the HOME of the image's environment (docker inspect).
+    env_of_image = image_env()
+    assert env_of_image.get("HOME") == "/home/ray", env_of_image
     env = key_values(ran.stdout, "env")
     assert {k: env[k] for k in THREADS} == THREADS and env["RAY_AUTH_MODE"] == "token", ran.stdout
     py = key_values(ran.stdout, "python")
@@ -115,6 +134,15 @@ def test_the_image_builds_and_runs_pong():
     again = subprocess.run(["make", "-C", str(REPO), "image"], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
     assert again.returncode == 0, again.stdout + again.stderr
     assert image_id() == first_id
+
+
+def image_env():
+    """The image's environment ({name: value}), where Ray's launcher looks for HOME."""
+    out = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{json .Config.Env}}", IMAGE], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    return dict(item.split("=", 1) for item in json.loads(out.stdout))
 
 
 def image_id():

@@ -34,34 +34,19 @@ local_cluster nodes=3 head_up_s= workers_joined_s= image_s= job_s= lost_node_bac
 (down_s: from the watcher's `autodown down` line to the last container gone).
 """
 
-import ctypes
 import getpass
 import json
 import os
 import re
-import subprocess
 import sys
-import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import yaml
 from harness import RAY, REPO, clean_env, fields, run
-from harness.hosts import Lan
-from harness.launcher import (
-    SSH_OPTIONS,
-    clear,
-    close_ray_ssh_connections,
-    launcher_files,
-    missing_tools,
-    remove,
-    snapshot,
-    tail,
-)
+from harness.launched import Launched, lines_of, start_lan, updater_seconds, updates_of, wait_until
+from harness.launcher import clear, snapshot, tail
 from harness.runs import assert_same_run, train_locally
 from ray.autoscaler.sdk import get_docker_host_mount_location
 
@@ -74,13 +59,11 @@ CLUSTER_NAME = COMMITTED["cluster_name"]
 CONTAINER = COMMITTED["docker"]["container_name"]
 TOKEN_MOUNT = "~/.ray/auth_token"
 HOSTS = ["head", "worker1", "worker2"]
-DASHBOARD_PORT = 8265  # on the lan, where the tunnel listens: the lan's own loopback
 LAUNCHER_TIMEOUT_S = 900
 JOIN_TIMEOUT_S = 600
 BACK_TIMEOUT_S = 300  # 69 s here, beside a training run
 BATCH = 6  # two CPUs on each of three hosts: one episode for each actor
 UPDATES = 12
-CLONE_NEWNET = 0x40000000
 MAKE_RUN_ARGS = f"--batch-size {BATCH} --updates 2"
 AUTODOWN_MINUTES = 0.1  # the watcher's first look finds the cluster idle; its next (30 s later) takes it down
 AUTODOWN_TIMEOUT_S = 300
@@ -108,86 +91,23 @@ print("probe " + json.dumps({n["NodeManagerAddress"]: f for n, f in zip(nodes, f
 """
 
 
-def in_lan(lan, fn, *args):
-    """fn(*args) in a thread of this process that joined the lan's network (setns is per thread)."""
-    result = {}
-
-    def body():
-        fd = os.open(f"/run/netns/{lan.netns}", os.O_RDONLY)
-        try:
-            if ctypes.CDLL(None, use_errno=True).setns(fd, CLONE_NEWNET) != 0:
-                raise OSError(ctypes.get_errno(), "setns into the lan")
-            result["value"] = fn(*args)
-        except BaseException as error:  # handed to the caller's thread
-            result["error"] = error
-        finally:
-            os.close(fd)
-
-    thread = threading.Thread(target=body)
-    thread.start()
-    thread.join()
-    if "error" in result:
-        raise result["error"]
-    return result["value"]
-
-
-def jobs_api(path, token):
-    request = urllib.request.Request(f"http://127.0.0.1:{DASHBOARD_PORT}{path}")
-    request.add_header("Authorization", "Bearer " + token)
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return json.loads(response.read())
-
-
-def what_is_missing():
-    missing = []
-    if os.geteuid() != 0:
-        missing.append("run it as root: it makes network namespaces and starts sshd and dockerd")
-    return missing + missing_tools(
-        (
-            ("docker", "docker.io"),
-            ("dockerd", "docker.io"),
-            ("sshd", "openssh-server"),
-            ("ssh", "openssh-client"),
-            ("rsync", "rsync"),
-            ("ip", "iproute2"),
-            ("nsenter", "util-linux"),
-            ("unshare", "util-linux"),
-        )
-    )
+def build_folder(config):
+    """Where each host's image build looks for the cache: build-image.sh's folder, as the launcher copies it."""
+    (infra_mount,) = [remote for remote, local in config["file_mounts"].items() if local == "./infra"]
+    return get_docker_host_mount_location(config["cluster_name"]) + str(Path(infra_mount).parent)
 
 
 @pytest.fixture
 def lan(tmp_path):
     """Three hosts on a lan of their own, each logging root in with a key made here; all gone after."""
-    missing = what_is_missing()
-    if missing:
-        pytest.fail("this machine cannot run the lan cluster test:\n- " + "\n- ".join(missing), pytrace=False)
-    keys = tmp_path / "keys"
-    keys.mkdir()
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "pong-lan-test", "-f", str(keys / "login_key")],
-        check=True,
-        timeout=60,
-    )
-    (keys / "authorized_keys").write_text((keys / "login_key.pub").read_text())
-    # Where each host's build looks for the cache: build-image.sh's folder, as the launcher copies it.
-    (infra_mount,) = [remote for remote, local in COMMITTED["file_mounts"].items() if local == "./infra"]
-    build_folder = get_docker_host_mount_location(CLUSTER_NAME) + str(Path(infra_mount).parent)
     home_ssh = Path.home() / ".ssh"
     before = snapshot(home_ssh)
-    network = Lan(HOSTS, keys / "authorized_keys", REPO / ".cache", f"{build_folder}/.cache")
-    network.login_key = keys / "login_key"
+    (REPO / ".cache").mkdir(exist_ok=True)  # mounted on every host now; `make image` fills it in the test
     try:
-        network.start()
-        for host in network.hosts:  # fail here, in seconds, rather than in `ray up`'s minutes of retries
-            login = run(
-                network.laptop(["ssh", *SSH_OPTIONS, "-i", str(keys / "login_key"), f"root@{host.address}", "true"]),
-                clean_env(),
-                timeout=60,
-            )
-            assert login.returncode == 0, (
-                f"root cannot log in to {host.name}: {login.stderr}\n{tail(host.folder / 'sshd.log')}"
-            )
+        network = start_lan(tmp_path, HOSTS, REPO / ".cache", build_folder(COMMITTED))
+    except RuntimeError as error:
+        pytest.fail(str(error), pytrace=False)
+    try:
         yield network
     finally:
         left = network.stop()
@@ -212,121 +132,18 @@ def cluster(lan, tmp_path):
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     edited = {k: v for k, v in config.items() if k not in ("provider", "auth", "file_mounts")}
     assert edited == {k: v for k, v in COMMITTED.items() if k not in ("provider", "auth", "file_mounts")}
-    state = SimpleNamespace(path=path, token=token, log=tmp_path / "launcher.log", tunnel=None, lan=lan, tmp=tmp_path)
-    before = launcher_files(CLUSTER_NAME)
+    launched = Launched(path, token, lan, tmp_path, CLUSTER_NAME, CONTAINER)
     try:
-        yield state
+        yield launched
     finally:
-        try:
-            if state.tunnel is not None:
-                state.tunnel.kill()
-                state.tunnel.wait(timeout=30)
-            if any(CONTAINER in host.containers() for host in lan.hosts):
-                launcher(state, "down")
-        finally:
-            close_ray_ssh_connections(CLUSTER_NAME)
-            for leftover in launcher_files(CLUSTER_NAME) - before:
-                remove(leftover)
-
-
-def client_env(cluster, **extra):
-    """A user's environment on the laptop for the cluster's Jobs API, through the tunnel."""
-    return clean_env(
-        RAY_ADDRESS=f"http://127.0.0.1:{DASHBOARD_PORT}",
-        RAY_AUTH_MODE="token",
-        RAY_AUTH_TOKEN_PATH=str(cluster.token),
-        **extra,
-    )
-
-
-def launcher(cluster, *verb, timeout=LAUNCHER_TIMEOUT_S):
-    """`ray VERB CONFIG -y` from the laptop (the lan), in the repository root as the docs say."""
-    with open(cluster.log, "a") as log:
-        log.write(f"\n$ ray {' '.join(verb)} {cluster.path} -y\n")
-        log.flush()
-        return subprocess.run(
-            cluster.lan.laptop([RAY, *verb, str(cluster.path), "-y"]),
-            cwd=REPO,
-            env=clean_env(),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            timeout=timeout,
-        )
-
-
-def head_exec(cluster, command, **kwargs):
-    """A command in the head's container, on the head host."""
-    return cluster.lan.hosts[0].run(["docker", "exec", "-i", CONTAINER, "bash", "--login", "-c", command], **kwargs)
-
-
-def alive_nodes(cluster):
-    """{node id: address} of the nodes the head's GCS holds alive (through the tunnel)."""
-    token = cluster.token.read_text().strip()
-    nodes = in_lan(cluster.lan, jobs_api, "/api/v0/nodes?detail=false&limit=100", token)
-    return {n["node_id"]: n["node_ip"] for n in nodes["data"]["result"]["result"] if n["state"] == "ALIVE"}
-
-
-def wait_until(what, check, timeout_s, pause_s=2.0):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            found = check()
-        except (OSError, urllib.error.URLError, KeyError):
-            found = None
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout_s}s")
-        time.sleep(pause_s)
-
-
-def updater_seconds(text, address, step):
-    """Seconds of one step of Ray's NodeUpdater for a host, from the launcher's or autoscaler's log."""
-    found = re.findall(rf"NodeUpdater: {re.escape(address)}: {step} succeeded \[LogTimer=(\d+)ms\]", clear(text))
-    return round(int(found[0]) / 1000, 1) if found else None
+        launched.close()
 
 
 def submit(cluster, run_dir, updates):
-    """make submit JOB=pong with the default --workers auto; its submission id."""
-    last_job = cluster.tmp / f"last-job-{Path(run_dir).name}"
-    args = f"--batch-size {BATCH} --updates {updates} --seed 0 --run-dir {run_dir}"
-    submitted = run(
-        cluster.lan.laptop(["make", "submit", "JOB=pong", f"ARGS={args}"]),
-        client_env(cluster, LAST_JOB_FILE=str(last_job)),
-        timeout=180,
-    )
-    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
-    return last_job.read_text().strip()
-
-
-def job_logs(cluster, job_id, follow=False, timeout=60):
-    args = [RAY, "job", "logs", job_id] + (["--follow"] if follow else [])
-    got = run(cluster.lan.laptop(args), client_env(cluster), timeout=timeout)
-    return clear(got.stdout)
-
-
-def lines_of(text, kind):
-    return [(n, fields(line)) for n, line in enumerate(text.splitlines()) if line.startswith(kind + " ")]
-
-
-def updates_of(text):
-    return [(n, fields(line)) for n, line in enumerate(text.splitlines()) if line.startswith("update=")]
-
-
-def fetch_run(cluster, run_dir, into):
-    """The job's run dir, from the head's container to this machine (`ray rsync-down`)."""
-    fetched = subprocess.run(
-        cluster.lan.laptop([RAY, "rsync-down", str(cluster.path), f"{run_dir}/", f"{into}/"]),
-        cwd=REPO,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=300,
-    )
-    assert fetched.returncode == 0 and any(Path(into).glob("ckpt-*.npz")), fetched.stdout[-2000:] + fetched.stderr
-    return Path(into)
+    """make submit JOB=pong with the default --workers auto; its submission id. run_dir may start with ~ (the
+    container user's home): `--run-dir=` keeps the laptop's shell from expanding it."""
+    args = f"--batch-size {BATCH} --updates {updates} --seed 0 --run-dir={run_dir}"
+    return cluster.submit(args, Path(run_dir).name)
 
 
 def assert_same_as_one_node(run_dir, updates, into):
@@ -349,28 +166,19 @@ def test_ray_up_launches_two_workers_that_train_and_one_comes_back(cluster, lan,
 
     # 2. The head by `ray up`, the workers by its autoscaler.
     started = time.monotonic()
-    up = launcher(cluster, "up")
+    up = cluster.launcher("up")
     assert up.returncode == 0, f"`ray up` failed:\n{tail(cluster.log)}"
     figures["head_up_s"] = round(time.monotonic() - started, 1)
-    cluster.tunnel = subprocess.Popen(
-        lan.laptop([RAY, "dashboard", str(cluster.path), "--port", str(DASHBOARD_PORT)]),
-        cwd=REPO,
-        env=clean_env(),
-        stdout=open(tmp_path / "tunnel.log", "w"),
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-    )
+    cluster.open_tunnel()
     addresses = {host.address: host.name for host in lan.hosts}
     nodes = wait_until(
-        "three alive nodes", lambda: len(alive_nodes(cluster)) == 3 and alive_nodes(cluster), JOIN_TIMEOUT_S
+        "three alive nodes", lambda: len(cluster.alive_nodes()) == 3 and cluster.alive_nodes(), JOIN_TIMEOUT_S
     )
     figures["workers_joined_s"] = round(time.monotonic() - started - figures["head_up_s"], 1)
     assert sorted(addresses[a] for a in nodes.values()) == HOSTS, nodes
     assert all(CONTAINER in host.containers() for host in lan.hosts)
     # Each host's image build: the head's in `ray up`'s output, the workers' in its autoscaler's log.
-    monitor = head_exec(
-        cluster, "cat /tmp/ray/session_latest/logs/monitor.out /tmp/ray/session_latest/logs/monitor.log"
-    )
+    monitor = cluster.head_exec("cat /tmp/ray/session_latest/logs/monitor.out /tmp/ray/session_latest/logs/monitor.log")
     built = re.findall(r"build-image: built image=\S+ base=\S+ mode=\S+ seconds=(\d+)", clear(tail(cluster.log, 10**6)))
     images = {"head": int(built[0]) if built else None}
     for host in lan.hosts[1:]:
@@ -379,41 +187,40 @@ def test_ray_up_launches_two_workers_that_train_and_one_comes_back(cluster, lan,
     figures["image_s"] = ",".join(f"{name}:{images[name]}" for name in HOSTS)
 
     # 3. The job on all three nodes, and the same bits as one node.
-    token = cluster.token.read_text().strip()
     started = time.monotonic()
-    job_id = submit(cluster, "/root/pong-runs/lan-three", UPDATES)
-    text = job_logs(cluster, job_id, follow=True, timeout=900)
+    job_id = submit(cluster, "~/pong-runs/lan-three", UPDATES)
+    text = cluster.job_logs(job_id, follow=True, timeout=900)
     figures["job_s"] = round(time.monotonic() - started, 1)
-    status = in_lan(lan, jobs_api, f"/api/jobs/{job_id}", token)["status"]
+    status = cluster.api(f"/api/jobs/{job_id}")["status"]
     (_, done), (_, start) = lines_of(text, "done")[-1], lines_of(text, "start")[0]
     assert status == "SUCCEEDED" and done["updates"] == str(UPDATES), text[-3000:]
     by_node = dict(pair.split(":") for pair in done["episodes_by_node"].split(","))
     assert done["nodes"] == "3" and len(by_node) == 3, done
     threads = {start["blas_threads"]} | {f["blas_threads"] for _, f in lines_of(text, "joined")}
     assert threads == {"1"}, f"actors report BLAS threads {threads}:\n{text[-3000:]}"
-    probe = head_exec(cluster, "python -", input=NODE_PROBE, timeout=180)
+    probe = cluster.head_exec("python -", input=NODE_PROBE, timeout=180)
     probed = [json.loads(line[len("probe ") :]) for line in probe.stdout.splitlines() if line.startswith("probe ")]
     assert probe.returncode == 0 and probed, probe.stdout + probe.stderr
     assert {addresses[a] for a in probed[0]} == set(HOSTS), probed
     assert all(found == ["1", 1] for found in probed[0].values()), f"thread presets by node: {probed[0]}"
-    three = fetch_run(cluster, "/root/pong-runs/lan-three", tmp_path / "lan-three")
+    three = cluster.fetch_run("~/pong-runs/lan-three", tmp_path / "lan-three")
     assert_same_as_one_node(three, UPDATES, tmp_path / "one-node")
 
     # 4. A worker host loses its container under a running job.
-    job_id = submit(cluster, "/root/pong-runs/lan-lost", 0)
+    job_id = submit(cluster, "~/pong-runs/lan-lost", 0)
     wait_until(
         "an update on three nodes",
-        lambda: any(f["nodes"] == "3" for _, f in updates_of(job_logs(cluster, job_id))),
+        lambda: any(f["nodes"] == "3" for _, f in updates_of(cluster.job_logs(job_id))),
         300,
     )
     worker2 = lan.hosts[2]
-    (lost,) = [node for node, address in alive_nodes(cluster).items() if address == worker2.address]
+    (lost,) = [node for node, address in cluster.alive_nodes().items() if address == worker2.address]
     killed = worker2.run(["docker", "kill", CONTAINER], timeout=60)
     assert killed.returncode == 0, killed.stderr
     lost_at = time.monotonic()
 
     def back():
-        nodes = alive_nodes(cluster)
+        nodes = cluster.alive_nodes()
         return [n for n, a in nodes.items() if a == worker2.address and n != lost]
 
     wait_until("worker2 back in the cluster", back, BACK_TIMEOUT_S)
@@ -421,7 +228,7 @@ def test_ray_up_launches_two_workers_that_train_and_one_comes_back(cluster, lan,
     (new_node,) = back()
 
     def grown():
-        text = job_logs(cluster, job_id)
+        text = cluster.job_logs(job_id)
         joined = [n for n, f in lines_of(text, "joined") if f["node"] == new_node[:8]]
         return joined and any(f["nodes"] == "3" for n, f in updates_of(text) if n > joined[0]) and text
 
@@ -429,23 +236,21 @@ def test_ray_up_launches_two_workers_that_train_and_one_comes_back(cluster, lan,
     dropped = [n for n, f in lines_of(text, "dropped") if f["node"] == lost[:8]]
     growing = [n for n, _ in lines_of(text, "growing")]
     assert dropped and any(n > dropped[-1] for n in growing), text[-4000:]
-    stopped = run(cluster.lan.laptop([RAY, "job", "stop", job_id]), client_env(cluster), timeout=120)
+    stopped = run(cluster.lan.laptop([RAY, "job", "stop", job_id]), cluster.client_env(), timeout=120)
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     text = wait_until(
         "the stopped job's done line",
-        lambda: lines_of(job_logs(cluster, job_id), "done") and job_logs(cluster, job_id),
+        lambda: lines_of(cluster.job_logs(job_id), "done") and cluster.job_logs(job_id),
         120,
     )
     (_, done_lost) = lines_of(text, "done")[-1]
     last = int(done_lost["last_update"])
-    after_loss = fetch_run(cluster, "/root/pong-runs/lan-lost", tmp_path / "lan-lost")
+    after_loss = cluster.fetch_run("~/pong-runs/lan-lost", tmp_path / "lan-lost")
     assert_same_as_one_node(after_loss, last, tmp_path / "one-node-lost")
 
     # 5. `make run KEEP=1` on the cluster that is up, from the laptop: Ray not restarted, a small job on the
     #    three nodes, its run fetched from the head's container and its agent shipped here.
-    cluster.tunnel.kill()
-    cluster.tunnel.wait(timeout=30)
-    cluster.tunnel = None
+    cluster.close_tunnel()
     started = time.monotonic()
     made = run(
         lan.laptop(
@@ -467,19 +272,19 @@ def test_ray_up_launches_two_workers_that_train_and_one_comes_back(cluster, lan,
     assert last_line["status"] == "SUCCEEDED" and (tmp_path / "make-run" / "agent" / "pong-agent.npz").is_file()
     # Ray was not restarted: the head still knows the job of step 4 (a restarted head forgets its jobs, and
     # `ray job status` of an unknown id fails).
-    known = head_exec(cluster, f"RAY_AUTH_MODE=token ray job status {job_id}")
+    known = cluster.head_exec(f"RAY_AUTH_MODE=token ray job status {job_id}")
     assert known.returncode == 0 and f"Job '{job_id}' was stopped" in clear(known.stdout), known.stdout + known.stderr
     (done_run,) = [fields(text) for text in made.stdout.splitlines() if text.startswith("done ")]
     figures["make_run_nodes"] = done_run["nodes"]
 
     # 6. Down from the head, by its autodown: the workers' containers first, the head's last, none left.
-    started = head_exec(cluster, AUTODOWN_COMMAND.format(minutes=AUTODOWN_MINUTES))
+    started = cluster.head_exec(AUTODOWN_COMMAND.format(minutes=AUTODOWN_MINUTES))
     assert started.returncode == 0, started.stdout + started.stderr
     gone, log, down_at = {}, "", None
     deadline = time.monotonic() + AUTODOWN_TIMEOUT_S
     while len(gone) < len(lan.hosts) and time.monotonic() < deadline:
         if down_at is None:
-            log = head_exec(cluster, "cat /tmp/ray/autodown.log").stdout or log
+            log = cluster.head_exec("cat /tmp/ray/session_latest/logs/autodown.log").stdout or log
             down_at = time.monotonic() if "autodown down " in log else None
         for host in lan.hosts:
             if host.name not in gone and CONTAINER not in host.containers():

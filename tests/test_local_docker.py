@@ -397,7 +397,10 @@ TEARDOWN_S = 120  # Ray's `ray stop`, `ray down --workers-only` and `ray down` f
 def autodown_log():
     """The head's autodown lines, while its container exists."""
     read = subprocess.run(
-        ["docker", "exec", CONTAINER, "cat", "/tmp/ray/autodown.log"], capture_output=True, text=True, timeout=60
+        ["docker", "exec", CONTAINER, "cat", "/tmp/ray/session_latest/logs/autodown.log"],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     return read.stdout
 
@@ -425,6 +428,10 @@ def test_autodown_on_the_head_spares_a_running_job_then_tears_the_idle_cluster_d
     assert container_exists() and status == "RUNNING", f"{status}, the watcher:\n{log}"
     assert "autodown busy running=1" in log and "autodown down" not in log, log
     busy_spared = True
+    # `make status` shows the watcher's last line beside the job's.
+    shown = run(["make", "status", f"ID={job_id}"], client)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert shown.stdout.splitlines()[-1].startswith("autodown busy running=1 "), shown.stdout
 
     deadline = submitted_at + BUSY_JOB_S + 120
     while status != "SUCCEEDED" and time.time() < deadline:

@@ -14,6 +14,11 @@ per host. Nothing here touches this machine's own network: no address, route or 
 the namespaces made here. A host's default route points at the laptop's address, so Ray finds the
 host's own address as it does on a real LAN; the lan leads nowhere, and no host has a DNS server.
 
+With login_user (cluster/aws.yaml's `ubuntu`), each host also has that user as an AWS node has it: uid 1000,
+a home of its own, passwordless sudo, not in the docker group; the host's /etc is an overlay of this
+machine's, so what a host's commands change there (usermod adding the user to the docker group) stays on
+that host, and uid 1000 is that user on every host, whoever it is here.
+
 Each host's folder (under /var/tmp, so it stays visible inside the hosts, whose /tmp is their own)
 holds its sshd config and the logs of its sshd and Docker engine; the engine keeps its data in a
 tmpfs of the host's, gone with it. image_cache, the repository's
@@ -62,7 +67,7 @@ HOST_INIT = """\
 set -eu
 hostname {name}
 mount --bind {image_cache} {inside}
-mount --rbind {folder}/tmp /tmp
+{login}mount --rbind {folder}/tmp /tmp
 mount --bind {folder}/run /run
 mkdir -p /run/sshd /var/lib/docker
 # The engine's data in memory: it goes with the host, in no time (an image is about 1.3 GB).
@@ -73,6 +78,16 @@ mount --bind {folder}/resolv.conf /etc/resolv.conf
 dockerd --host unix:///run/docker.sock >{folder}/dockerd.log 2>&1 &
 exec {sshd} -D -e -f {folder}/sshd_config
 """
+
+
+# Where the host has a login user: /etc an overlay of this machine's, and /home a folder of its own.
+LOGIN_MOUNTS = """\
+mount -t overlay pong-{name}-etc -o lowerdir=/etc,upperdir={folder}/etc-upper,workdir={folder}/etc-work /etc
+mount --bind {folder}/homes /home
+"""
+LOGIN_UID = 1000  # ubuntu's on Canonical's AMIs, and the uid of Ray's image user
+# The groups cloud-init gives ubuntu on Canonical's AMIs, as far as this machine has them; never docker.
+LOGIN_GROUPS = ("adm", "cdrom", "sudo", "dip", "lxd")
 
 
 def ip(*args):
@@ -134,6 +149,7 @@ class Lan:
     authorized_keys: Path  # the public keys that log root in on every host
     image_cache: Path  # the repository's .cache, shared by every host's image build
     cache_mountpoint: str  # where a host's build looks for it (inside the launcher's copy of file mounts)
+    login_user: str = None  # a non-root passwordless sudoer of uid 1000 on every host, as ubuntu on AWS
     tag: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
     hosts: list = field(default_factory=list)
     root: Path = None
@@ -150,6 +166,9 @@ class Lan:
         self.root = Path(tempfile.mkdtemp(prefix=f"pong-hosts-{self.tag}-", dir="/var/tmp"))
         # A copy the hosts can read: the given file may be under /tmp, which each host has its own of.
         shutil.copy(self.authorized_keys, self.root / "authorized_keys")
+        # sshd reads them as the user who logs in: a login user other than root must reach them (public keys).
+        self.root.chmod(0o755)
+        (self.root / "authorized_keys").chmod(0o644)
         ip("netns", "add", self.netns)
         ip("-n", self.netns, "link", "set", "lo", "up")
         ip("-n", self.netns, "link", "add", "br0", "type", "bridge")
@@ -182,6 +201,8 @@ class Lan:
         inside = folder / "tmp" / Path(self.cache_mountpoint).relative_to("/tmp")
         inside.mkdir(parents=True)
         (folder / "hosts").write_text(f"127.0.0.1 localhost\n{host.address} {host.name}\n")
+        if self.login_user:
+            self.add_login(folder)
         (folder / "resolv.conf").write_text("# no DNS server on this test host\n")
         subprocess.run(
             ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", host.name, "-f", str(folder / "host_key")],
@@ -201,6 +222,7 @@ class Lan:
             sshd=SSHD,
             docker_gb=DOCKER_GB,
             home=pwd.getpwuid(os.getuid()).pw_dir,  # the login's home (sshd's), not the test's $HOME,
+            login=LOGIN_MOUNTS.format(name=host.name, folder=folder) if self.login_user else "",
         )
         host.log = open(folder / "sshd.log", "w")
         host.process = subprocess.Popen(
@@ -210,6 +232,53 @@ class Lan:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
+
+    def add_login(self, folder):
+        """The files that give a host its login user (the upper layer of its /etc, its /home): uid and gid
+        LOGIN_UID (whoever has them on this machine gives them up there), sudo without a password as
+        cloud-init writes it, no password of its own (key logins only), and not in the docker group."""
+        user, uid = self.login_user, LOGIN_UID
+        upper = folder / "etc-upper"
+        (upper / "sudoers.d").mkdir(parents=True)
+        (folder / "etc-work").mkdir()
+
+        def rewrite(name, keep, line, mode, group=0):
+            kept = [entry for entry in Path(f"/etc/{name}").read_text().splitlines() if keep(entry.split(":"))]
+            (upper / name).write_text("\n".join([*kept, line]) + "\n")
+            os.chown(upper / name, 0, group)
+            (upper / name).chmod(mode)
+
+        taken = {
+            fields[0]
+            for fields in map(lambda e: e.split(":"), Path("/etc/passwd").read_text().splitlines())
+            if fields[2] == str(uid)
+        }
+        rewrite(
+            "passwd",
+            lambda f: f[2] != str(uid) and f[0] != user,
+            f"{user}:x:{uid}:{uid}::/home/{user}:/bin/bash",
+            0o644,
+        )
+        rewrite("shadow", lambda f: f[0] not in taken | {user}, f"{user}:*:20000:0:99999:7:::", 0o640, grp_id("shadow"))
+        groups = []
+        for entry in Path("/etc/group").read_text().splitlines():
+            name, password, gid, members = entry.split(":")
+            if gid == str(uid) or name == user:
+                continue
+            people = [m for m in members.split(",") if m and m not in taken]
+            if name in LOGIN_GROUPS:
+                people.append(user)
+            groups.append(":".join([name, password, gid, ",".join(people)]))
+        (upper / "group").write_text("\n".join([*groups, f"{user}:x:{uid}:"]) + "\n")
+        (upper / "group").chmod(0o644)
+        sudoers = upper / "sudoers.d" / "90-cloud-init-users"
+        sudoers.write_text(f"{user} ALL=(ALL) NOPASSWD:ALL\n")
+        sudoers.chmod(0o440)
+        home = folder / "homes" / user
+        shutil.copytree("/etc/skel", home)
+        for path in [home, *home.rglob("*")]:
+            os.chown(path, uid, uid)
+        home.chmod(0o750)
 
     def wait_for(self, host):
         """Until the host's sshd listens and its Docker engine answers."""
@@ -257,6 +326,12 @@ class Lan:
         existing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30).stdout
         left += [name for name in [h.netns for h in self.hosts] + [self.netns] if name in existing]
         return left
+
+
+def grp_id(name):
+    import grp
+
+    return grp.getgrnam(name).gr_gid
 
 
 def read_comm(pid):
