@@ -200,6 +200,11 @@ class Lan:
         # The cache appears inside the host's /tmp where the launcher copies the build's files.
         inside = folder / "tmp" / Path(self.cache_mountpoint).relative_to("/tmp")
         inside.mkdir(parents=True)
+        if self.login_user:  # the folders the launcher makes there as the login user, as on a fresh node
+            for made in [inside, *inside.parents]:
+                if made == folder / "tmp":
+                    break
+                os.chown(made, LOGIN_UID, LOGIN_UID)
         (folder / "hosts").write_text(f"127.0.0.1 localhost\n{host.address} {host.name}\n")
         if self.login_user:
             self.add_login(folder)

@@ -1,0 +1,267 @@
+"""cluster/aws.yaml's own commands, run as AWS runs them, on three test hosts (harness.hosts).
+
+    make test-docker      # with the other docker tests; this file takes about 10 minutes
+
+The hosts are what an EC2 node is to the launcher: an address of its own, sshd on port 22, a Docker engine,
+and the login user Canonical's AMI has: ubuntu, uid 1000, a passwordless sudoer, not in the docker group.
+The copy of cluster/aws.yaml that `ray up` launches differs from the YAML only where AWS is not here:
+- provider: Ray's local provider with the hosts' addresses (head_ip, worker_ips);
+- auth: ubuntu and the test's login key;
+- available_node_types and head_node_type left out: the local provider refuses them ("The field
+  available_node_types is not supported for on-premise clusters") and makes one node type of worker_ips.
+The test asserts that nothing else differs. So the YAML's initialization_commands run unchanged as ubuntu:
+Docker's apt install is skipped (Docker is there already; the test says so, and
+test_the_apt_step_installs_docker_from_debian_as_a_non_root_sudoer runs that line on its own in a fresh
+container), usermod and the socket's ACL give ubuntu Docker, the token step finds ubuntu's uid 1000 and does
+nothing, and build-image.sh builds the image as ubuntu (from the cache `make image` filled here: the hosts reach
+no registry, so it takes the local base where an AWS node pulls Ray's image). Then the YAML's docker options,
+head_start_ray_commands (autodown's line included) and worker_start_ray_commands (--num-cpus=18
+--object-manager-port=8076) run unchanged: each node declares 18 CPUs, Ray's bookkeeping, and the job's
+--workers keeps the actors few.
+
+Two more differences, said where they happen: `ray up` runs with RAY_UP_enable_autoscaler_v2=0 (Ray 2.60's
+second autoscaler counts the head against worker_ips with the local provider's one node type and launches one
+worker too few; on AWS it has the YAML's node types), and the head's watcher, started by the YAML's line with
+20 idle minutes, is started again by the same line with 0.1 minutes (what `make up AUTODOWN=0.1` writes) to take
+the cluster down within the test.
+"""
+
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from shlex import quote
+
+import pytest
+import yaml
+from harness import REPO, clean_env, run
+from harness.hosts import LOGIN_UID
+from harness.launched import Launched, lines_of, start_lan, wait_until
+from harness.launcher import snapshot, tail
+from ray.autoscaler.sdk import get_docker_host_mount_location
+
+sys.path.insert(0, str(REPO / "cluster"))
+sys.path.insert(0, str(REPO / "infra"))
+from autodown import fields as autodown_fields  # noqa: E402  (infra/ is no package)
+from variant import AUTODOWN_COMMAND  # noqa: E402  (cluster/ is no package: `make up` runs variant.py)
+
+AWS_YAML_PATH = REPO / "cluster" / "aws.yaml"
+AWS_YAML = yaml.safe_load(AWS_YAML_PATH.read_text())
+CLUSTER_NAME = AWS_YAML["cluster_name"]
+CONTAINER = AWS_YAML["docker"]["container_name"]
+LOGIN = AWS_YAML["auth"]["ssh_user"]  # ubuntu
+HOSTS = ["head", "worker1", "worker2"]
+NOT_ON_THE_LOCAL_PROVIDER = ("available_node_types", "head_node_type")
+JOIN_TIMEOUT_S = 900
+ACTORS = 20  # Ray puts actors on the head up to half its 18 CPUs, then on a worker up to half its, then the next
+JOB_ARGS = f"--batch-size {ACTORS} --updates 1 --seed 0 --workers {ACTORS} --run-dir=~/pong-runs/aws-hosts"
+AUTODOWN_MINUTES = 0.1
+AUTODOWN_TIMEOUT_S = 300
+# Run in the head's container: the CPUs the cluster declares, as Ray counts them.
+CLUSTER_CPUS = 'python -c \'import ray; ray.init(address="auto", logging_level="ERROR"); print(int(ray.cluster_resources()["CPU"]))\''
+
+
+def build_folder():
+    """Where each host's image build looks for its cache: build-image.sh's folder, as the launcher copies it."""
+    (infra_mount,) = [remote for remote, local in AWS_YAML["file_mounts"].items() if local == "./infra"]
+    return get_docker_host_mount_location(CLUSTER_NAME) + str(Path(infra_mount).parent)
+
+
+def login_owned_cache(into):
+    """What the hosts' builds need of the repository's .cache (the local base, the wheelhouse), in a copy that
+    ubuntu owns: its build writes there, and the launcher chowns the build folder to ubuntu."""
+    cache = REPO / ".cache"
+    (into / "image").mkdir(parents=True)
+    for tar in (cache / "image").glob("*.tar"):
+        shutil.copy(tar, into / "image")
+    shutil.copytree(cache / "wheelhouse", into / "wheelhouse")
+    shutil.copy(cache / "wheelhouse.sha256", into)
+    for path in [into, *into.rglob("*")]:
+        os.chown(path, LOGIN_UID, LOGIN_UID)
+    return into
+
+
+@pytest.fixture
+def lan(tmp_path):
+    """Three hosts whose login is ubuntu (uid 1000, sudo, not in the docker group), each with a copy of the
+    image cache that ubuntu owns; all gone after."""
+    built = run(["make", "image"], clean_env(), timeout=1800)  # the cache the hosts build from
+    assert built.returncode == 0 and "built image=" in built.stdout, built.stdout + built.stderr
+    cache = login_owned_cache(tmp_path / "cache")
+    home_ssh = Path.home() / ".ssh"
+    before = snapshot(home_ssh)
+    try:
+        network = start_lan(tmp_path, HOSTS, cache, build_folder(), login_user=LOGIN)
+    except RuntimeError as error:
+        pytest.fail(str(error), pytrace=False)
+    try:
+        yield network
+    finally:
+        left = network.stop()
+        assert not left, f"the test hosts left: {left}"
+        assert snapshot(home_ssh) == before, "~/.ssh changed during the test"
+
+
+@pytest.fixture
+def cluster(lan, tmp_path):
+    """cluster/aws.yaml with the hosts as its provider and ubuntu as its login; the laptop's HOME holds the
+    cluster's token at ~/.ray/auth_token, where the YAML's file_mounts take it from."""
+    laptop_home = tmp_path / "laptop-home"
+    token = laptop_home / ".ray" / "auth_token"
+    token.parent.mkdir(parents=True)
+    token.write_text(secrets.token_hex(32))
+    token.chmod(0o600)
+    config = {k: v for k, v in AWS_YAML.items() if k not in NOT_ON_THE_LOCAL_PROVIDER}
+    config["provider"] = {
+        "type": "local",
+        "head_ip": lan.hosts[0].address,
+        "worker_ips": [host.address for host in lan.hosts[1:]],
+    }
+    config["auth"] = {"ssh_user": LOGIN, "ssh_private_key": str(lan.login_key)}
+    changed = {k for k in AWS_YAML.keys() | config.keys() if AWS_YAML.get(k) != config.get(k)}
+    assert changed == {"provider", "auth", *NOT_ON_THE_LOCAL_PROVIDER}, changed
+    path = tmp_path / "aws.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    laptop = {"HOME": str(laptop_home), "RAY_UP_enable_autoscaler_v2": "0"}
+    launched = Launched(path, token, lan, tmp_path, CLUSTER_NAME, CONTAINER, laptop_env=laptop)
+    try:
+        yield launched
+    finally:
+        launched.close()
+
+
+def on_host(host, command, user=LOGIN):
+    """A command on a host as its login user (as the launcher runs one there), or as root."""
+    args = ["bash", "-lc", command] if user == "root" else ["sudo", "-u", user, "-H", "bash", "-lc", command]
+    return host.run(args, timeout=120)
+
+
+def watcher_lines(cluster):
+    log = cluster.head_exec("cat /tmp/ray/session_latest/logs/autodown.log").stdout
+    return [autodown_fields(line) for line in log.splitlines() if line.startswith("autodown ")]
+
+
+@pytest.mark.docker
+def test_aws_yaml_as_it_is_starts_three_nodes_as_ubuntu_trains_on_them_and_its_autodown_takes_them_down(
+    cluster, lan, tmp_path
+):
+    figures = {}
+    # Docker is on every host already, so the YAML's first step (apt) does nothing here; its line runs on its
+    # own in test_the_apt_step_installs_docker_from_debian_as_a_non_root_sudoer.
+    for host in lan.hosts:
+        assert on_host(host, "command -v docker").returncode == 0
+        groups = on_host(host, "id -nG")
+        assert groups.returncode == 0 and "docker" not in groups.stdout.split(), groups.stdout  # as on a fresh AMI
+        assert on_host(host, "docker info").returncode != 0, "ubuntu may use Docker before the YAML gives it"
+
+    # `ray up` as the README says, from the laptop: the head, then its autoscaler starts the workers.
+    started = time.monotonic()
+    up = cluster.launcher("up")
+    assert up.returncode == 0, f"`ray up` failed:\n{tail(cluster.log)}"
+    figures["head_up_s"] = round(time.monotonic() - started, 1)
+    cluster.open_tunnel()
+    addresses = {host.address: host.name for host in lan.hosts}
+    nodes = wait_until(
+        "three alive nodes", lambda: len(cluster.alive_nodes()) == 3 and cluster.alive_nodes(), JOIN_TIMEOUT_S
+    )
+    figures["workers_joined_s"] = round(time.monotonic() - started - figures["head_up_s"], 1)
+    assert sorted(addresses[a] for a in nodes.values()) == HOSTS, nodes
+    cpus = cluster.head_exec(CLUSTER_CPUS)
+    assert cpus.stdout.split()[-1:] == [str(18 * len(HOSTS))], cpus.stdout + cpus.stderr  # --num-cpus=18 each
+
+    # What the YAML's commands did on each host, as ubuntu: Docker by group and ACL; the container as Ray's
+    # image user; its token read at the YAML's RAY_AUTH_TOKEN_PATH.
+    for host in lan.hosts:
+        groups = on_host(host, "id -nG ubuntu").stdout.split()
+        acl = on_host(host, "getfacl -p /var/run/docker.sock", user="root").stdout
+        assert "docker" in groups and f"user:{LOGIN}:rw-" in acl, (host.name, groups, acl)
+        who = host.run(["docker", "exec", CONTAINER, "bash", "-c", 'id -u; cat "$RAY_AUTH_TOKEN_PATH" | wc -c'])
+        assert who.stdout.split() == [str(LOGIN_UID), str(len(cluster.token.read_text()))], (host.name, who)
+
+    # A job on the three nodes, through the tunnel, as a user submits it.
+    job_id = cluster.submit(JOB_ARGS, "aws-hosts")
+    text = cluster.job_logs(job_id, follow=True, timeout=900)
+    status = cluster.api(f"/api/jobs/{job_id}")["status"]
+    (_, done) = lines_of(text, "done")[-1]
+    assert status == "SUCCEEDED" and done["nodes"] == "3", text[-3000:]
+    figures["episodes_by_node"] = done["episodes_by_node"]
+
+    # The head's watcher, as the YAML started it: 20 idle minutes, seeing the jobs with the cluster's token.
+    lines = watcher_lines(cluster)
+    assert lines[0]["what"] == "start" and float(lines[0]["idle_minutes"]) == 20, lines
+    assert lines[-1]["what"] in ("busy", "idle") and "error" not in {line["what"] for line in lines}, lines
+    shown = run(lan.laptop(["make", "status", f"ID={job_id}"]), cluster.client_env())
+    assert shown.returncode == 0 and shown.stdout.splitlines()[-1].startswith("autodown "), shown.stdout
+
+    # Down by the head's watcher: the YAML's own line again, with 0.1 idle minutes.
+    cluster.close_tunnel()
+    again = cluster.head_exec(AUTODOWN_COMMAND.format(minutes=AUTODOWN_MINUTES))
+    assert again.returncode == 0, again.stdout + again.stderr
+    gone, deadline = {}, time.monotonic() + AUTODOWN_TIMEOUT_S
+    while len(gone) < len(lan.hosts) and time.monotonic() < deadline:
+        for host in lan.hosts:
+            if host.name not in gone and CONTAINER not in host.containers():
+                gone[host.name] = time.monotonic()
+        time.sleep(0.5)
+    left = [host.name for host in lan.hosts if host.name not in gone]
+    assert not left, f"the head's autodown left containers on {left}"
+    assert max(gone["worker1"], gone["worker2"]) <= gone["head"], f"the head went before a worker: {gone}"
+    print("\naws_hosts nodes=3 login=ubuntu " + " ".join(f"{k}={v}" for k, v in figures.items()))
+
+
+@pytest.mark.docker
+def test_the_apt_step_installs_docker_from_debian_as_a_non_root_sudoer():
+    """The YAML's first initialization command, which the hosts above skip (Docker is there), run on its own
+    as on a fresh node: in a fresh container of the base image, as ubuntu (uid 1000, sudo without a password),
+    against the Debian archive (an AWS node uses Ubuntu's)."""
+    (apt_step,) = [step for step in AWS_YAML["initialization_commands"] if "apt-get" in step]
+    bases = subprocess.run(["docker", "images", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True)
+    base = next(
+        (name for name in bases.stdout.split() if name.startswith(("pong-debian-base:", "rayproject/ray:"))), None
+    )
+    assert base, f"no base image here; run `make image` first:\n{bases.stdout}"
+    script = f"""set -e
+userdel -r ray 2>/dev/null || true
+useradd --create-home --uid {LOGIN_UID} --shell /bin/bash {LOGIN}
+echo '{LOGIN} ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/90-cloud-init-users
+sudo -u {LOGIN} -H bash -c {quote(apt_step)}
+echo "installed docker=$(command -v docker) setfacl=$(command -v setfacl) by=$(sudo -u {LOGIN} id -u)"
+"""
+    ran = subprocess.run(
+        ["docker", "run", "--rm", "--user", "root", base, "bash", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    assert re.search(rf"installed docker=/usr/bin/docker setfacl=/usr/bin/setfacl by={LOGIN_UID}", ran.stdout), (
+        ran.stdout
+    )
+
+
+@pytest.mark.docker
+def test_a_host_that_can_pull_nothing_and_is_not_root_is_told_so_in_one_line_with_the_pulls_error(tmp_path):
+    """infra/build-image.sh on a node whose build runs as ubuntu (as on AWS) that cannot pull Ray's image and
+    has no local base made: one line with the pull's own error, not debootstrap's."""
+    cache = tmp_path / "empty-cache"
+    cache.mkdir()
+    os.chown(cache, LOGIN_UID, LOGIN_UID)
+    lan = start_lan(tmp_path, ["node"], cache, "/tmp/pong-build", login_user=LOGIN)
+    try:
+        (node,) = lan.hosts
+        copy = node.folder / "tmp" / "pong-build"  # the node's /tmp/pong-build
+        shutil.copytree(REPO / "infra", copy / "infra")
+        shutil.copy(REPO / "requirements.txt", copy)
+        docker = on_host(node, 'sudo setfacl -m "user:$USER:rw" /var/run/docker.sock')  # as the YAML's step does
+        assert docker.returncode == 0, docker.stderr
+        built = on_host(node, "bash /tmp/pong-build/infra/build-image.sh")
+    finally:
+        assert not lan.stop()
+    said = built.stderr.strip().splitlines()
+    assert built.returncode == 1 and len(said) == 1, built.stdout + built.stderr
+    assert said[0].startswith("build-image: cannot pull rayproject/ray:"), said
+    assert "registry-1.docker.io" in said[0] and "needs root" in said[0], said
