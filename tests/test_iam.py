@@ -9,26 +9,28 @@ tests/test_aws.py (whose docstring says what moto is given):
 - the config the head receives (Ray's bootstrap of cluster/aws.yaml) names each worker type's image as an
   SSM parameter the head's role may read (or an ami- ID), since EC2 resolves it with the launcher's rights;
 - with IAM enforced and the head role's own credentials (STS AssumeRole), Ray's AWS node provider launches
-  a worker from the bootstrapped worker node_config, its instance profile included, tags it, and
-  autodown's teardown terminates this cluster's instances while another cluster's survives.
+  a worker of each worker type (on demand, spot) from the bootstrapped node_config, its instance profile
+  included, and tags it; autodown's teardown terminates this cluster's instances, another cluster's survives.
 
 What moto's IAM enforcement evaluates (moto 5.2: moto/core/responses.py, moto/iam/access_control.py):
 the caller's keys (an assumed role's session token included) and the action. It authorizes every EC2,
 SSM and IAM call against the resource "*", whatever the call touches, so a statement scoped to ARNs never
 matches there; and it tests a Condition only against values the request brings, none for these services,
 so every condition holds. It never checks what EC2 does on the caller's behalf: iam:PassRole of the
-profile at RunInstances, ssm:GetParameters of a `resolve:ssm:` ImageId, the ec2:CreateTags that tags
-at launch. So the enforced test gives moto the head's policy with every Resource widened to "*"
-(harness.aws.as_moto_checks_it), which catches a removed action, and checks the rest on the policy
-document as `make iam` put it on the role (harness.aws.allows): each request AWS would authorize for
-the RunInstances call Ray made and for the tagging and teardown after it, with its resource ARN and
-condition keys, is granted; the same requests for another cluster, another role or another parameter
-are not. Removing each statement of infra/iam/head-policy.json in turn (a scratch edit, restored): moto
-refused the head without SeeInstances or TerminateClusterInstances (AccessDenied), and without both
-RunInstances statements or both CreateTags ones; the document check caught each of the other six
-alone (LaunchClusterInstances, LaunchWithTheirParts, TagAtLaunch, TagClusterInstances, PassWorkerRole,
-ResolveImageParameter, which also fails the image test), and a TerminateClusterInstances without its
-tag condition. The ECR statements are checked on the document only (no pull here).
+profile at RunInstances, ssm:GetParameters of a `resolve:ssm:` ImageId, the ec2:CreateTags that tags at
+launch, the spot service-linked role. So the enforced test gives moto the head's policy with every
+Resource widened to "*" (harness.aws.as_moto_checks_it), which catches a removed action, and checks the
+rest on the policy document as `make iam` put it on the role (harness.aws.allows): each request AWS would
+authorize for the RunInstances calls Ray made and for the tagging and teardown after them, with its
+resource ARN and condition keys, is granted; the same requests for another cluster, another role or
+another parameter are not.
+
+Removing each statement of infra/iam/head-policy.json in turn (a scratch edit, restored): moto refused
+the head without SeeInstances or TerminateClusterInstances (AccessDenied), and without both RunInstances
+statements or both CreateTags ones; the document check caught each of the other seven alone
+(LaunchClusterInstances, LaunchWithTheirParts, TagAtLaunch, TagClusterInstances, PassWorkerRole,
+SpotServiceRole, ResolveImageParameter, which also fails the image test), and a TerminateClusterInstances
+without its tag condition. The ECR statements are checked on the document only (no pull here).
 """
 
 import json
@@ -119,10 +121,10 @@ def test_a_new_accounts_first_run_makes_each_thing_once_and_preflight_passes(aws
     # Each role, its policy and its profile made once, the worker's first (the head's names it); then one line.
     things = [(f["role"], f["status"]) for f in made[:-1]]
     assert things == [(WORKER, "made")] * 3 + [(HEAD, "made")] * 3, made
-    assert [f.get("statements") for f in made if "policy" in f] == ["2", "10"], made
+    assert [f.get("statements") for f in made if "policy" in f] == ["2", "11"], made
     assert made[-1] == dict(status="ok", account=ACCOUNT, head=HEAD, worker=WORKER, bucket="none"), made
     assert {(f["node_type"], f["profile"], f["status"], f["statements"]) for f in profiles} == {
-        ("ray.head.default", HEAD, "ok", "10"),
+        ("ray.head.default", HEAD, "ok", "11"),
         ("ray.worker.default", WORKER, "ok", "2"),
         ("ray.worker.spot", WORKER, "ok", "2"),
     }, profiles
@@ -145,7 +147,7 @@ def test_make_iam_again_finds_everything_and_a_bucket_gives_the_head_that_bucket
     with_bucket = make("iam", "BUCKET=pong-runs")
     assert with_bucket.returncode == 0, with_bucket.stdout + with_bucket.stderr
     policies = {f["role"]: (f["status"], f["statements"]) for f in lines_of(with_bucket, "iam") if "policy" in f}
-    assert policies == {WORKER: ("same", "2"), HEAD: ("updated", "12")}, with_bucket.stdout
+    assert policies == {WORKER: ("same", "2"), HEAD: ("updated", "13")}, with_bucket.stdout
     head = role_policy(boto("iam"), HEAD)
     for action in ("s3:GetObject", "s3:PutObject", "s3:DeleteObject"):
         assert allows(head, action, "arn:aws:s3:::pong-runs/pong/run1/ckpt-000001.npz"), action
@@ -252,9 +254,10 @@ def test_with_the_heads_own_rights_ray_launches_a_worker_and_autodown_ends_this_
 
     # The head's credentials, as EC2 gives them to the instance: its role's, through STS AssumeRole; its policy
     # as moto can enforce it (the module's docstring); from then on IAM is checked on every call.
-    iam = boto("iam", admin)
-    made = role_policy(iam, HEAD)
-    iam.put_role_policy(RoleName=HEAD, PolicyName=f"{HEAD}-policy", PolicyDocument=json.dumps(as_moto_checks_it(made)))
+    made = role_policy(boto("iam", admin), HEAD)
+    boto("iam", admin).put_role_policy(
+        RoleName=HEAD, PolicyName=f"{HEAD}-policy", PolicyDocument=json.dumps(as_moto_checks_it(made))
+    )
     keys = boto("sts", admin).assume_role(RoleArn=role_arn(HEAD), RoleSessionName="head")["Credentials"]
     check_iam_from_now(monkeypatch)
     use_aws(monkeypatch, aws.endpoint, keys, AWS_DEFAULT_REGION=REGION, AWS_SESSION_TOKEN=keys["SessionToken"])
@@ -269,10 +272,9 @@ def test_with_the_heads_own_rights_ray_launches_a_worker_and_autodown_ends_this_
     provider.ec2_fail_fast.meta.client.meta.events.register(
         "provide-client-params.ec2.RunInstances", lambda params, **_: calls.append(dict(params))
     )
-    worker_type = "ray.worker.default"
-    provider.create_node(
-        dict(booted["available_node_types"][worker_type]["node_config"]), tags(NODE_KIND_WORKER, worker_type), 2
-    )
+    for worker_type, count in (("ray.worker.default", 2), ("ray.worker.spot", 1)):  # on demand, and spot (SPOT=1)
+        node_config = dict(booted["available_node_types"][worker_type]["node_config"])
+        provider.create_node(node_config, tags(NODE_KIND_WORKER, worker_type), count)
     workers = provider.non_terminated_nodes({TAG_RAY_NODE_KIND: NODE_KIND_WORKER})
     assert workers, "the head's role launched no worker"
     provider.set_node_tags(workers[0], {TAG_RAY_NODE_STATUS: STATUS_UP_TO_DATE})
@@ -294,26 +296,11 @@ def test_with_the_heads_own_rights_ray_launches_a_worker_and_autodown_ends_this_
     # What moto did not check, on the policy as `make iam` made it: each request AWS authorizes for the
     # RunInstances call Ray made (one per resource it touches, and what EC2 does on the head's behalf), for
     # Ray's tagging and for autodown's termination, is granted; the same for anything else is not.
-    (call,) = calls
-    request_tags = {t["Key"]: t["Value"] for spec in call["TagSpecifications"] for t in spec["Tags"]}
-    passed = boto("iam", admin).get_instance_profile(InstanceProfileName=call["IamInstanceProfile"]["Name"])
-    (worker_role,) = [r["Arn"] for r in passed["InstanceProfile"]["Roles"]]
+    assert [("InstanceMarketOptions" in call) for call in calls] == [False, True], calls
+    iam = boto("iam", admin)
+    needed = [request for call in calls for request in launch_requests(call, iam)]
     ours = {"ec2:ResourceTag/ray-cluster-name": "pong"}
-    needed = [
-        (
-            "ec2:RunInstances",
-            ec2_arn("instance", "*"),
-            {"aws:RequestTag/ray-cluster-name": request_tags["ray-cluster-name"]},
-        ),
-        ("ec2:RunInstances", f"arn:aws:ec2:{REGION}::image/{UBUNTU_AMI}", {}),
-        ("ec2:RunInstances", ec2_arn("subnet", call["SubnetId"]), {}),
-        *[("ec2:RunInstances", ec2_arn("security-group", group), {}) for group in call["SecurityGroupIds"]],
-        ("ec2:RunInstances", ec2_arn("key-pair", call["KeyName"]), {}),
-        ("ec2:RunInstances", ec2_arn("volume", "*"), {}),
-        ("ec2:RunInstances", ec2_arn("network-interface", "*"), {}),
-        ("ec2:CreateTags", ec2_arn("instance", "*"), {"ec2:CreateAction": "RunInstances"}),
-        ("iam:PassRole", worker_role, {"iam:PassedToService": "ec2.amazonaws.com"}),
-        ("ssm:GetParameters", parameter_arn(call["ImageId"]), {}),
+    needed += [
         ("ec2:DescribeInstances", "*", {}),
         ("ec2:CreateTags", ec2_arn("instance", workers[0]), ours),
         *[("ec2:TerminateInstances", ec2_arn("instance", i), ours) for i in ended],
@@ -328,9 +315,47 @@ def test_with_the_heads_own_rights_ray_launches_a_worker_and_autodown_ends_this_
         ("ec2:TerminateInstances", ec2_arn("instance", other), theirs),
         ("iam:PassRole", role_arn(HEAD), {"iam:PassedToService": "ec2.amazonaws.com"}),
         ("ssm:GetParameters", f"arn:aws:ssm:{REGION}::parameter/aws/service/debian/release/12/latest/amd64", {}),
+        (
+            "iam:CreateServiceLinkedRole",
+            role_arn("aws-service-role/autoscaling.amazonaws.com/AWSServiceRoleForAutoScaling"),
+            {"iam:AWSServiceName": "autoscaling.amazonaws.com"},
+        ),
     ]
     granted = [request for request in beyond if allows(made, *request)]
     assert not granted, f"the head's policy grants more than this cluster: {granted}"
+
+
+def launch_requests(call, iam):
+    """The requests AWS authorizes for one RunInstances call: the instance (with its request tags), each
+    resource it uses or creates, and what EC2 does on the caller's behalf with the caller's rights (tag at
+    launch, pass the instance profile's role, resolve a `resolve:ssm:` ImageId; for spot, EC2's spot
+    service-linked role, made at an account's first spot request)."""
+    request_tags = {t["Key"]: t["Value"] for spec in call["TagSpecifications"] for t in spec["Tags"]}
+    passed = iam.get_instance_profile(InstanceProfileName=call["IamInstanceProfile"]["Name"])["InstanceProfile"]
+    (role,) = [r["Arn"] for r in passed["Roles"]]
+    requests = [
+        (
+            "ec2:RunInstances",
+            ec2_arn("instance", "*"),
+            {"aws:RequestTag/ray-cluster-name": request_tags["ray-cluster-name"]},
+        ),
+        ("ec2:RunInstances", f"arn:aws:ec2:{REGION}::image/{UBUNTU_AMI}", {}),
+        ("ec2:RunInstances", ec2_arn("subnet", call["SubnetId"]), {}),
+        *[("ec2:RunInstances", ec2_arn("security-group", group), {}) for group in call["SecurityGroupIds"]],
+        ("ec2:RunInstances", ec2_arn("key-pair", call["KeyName"]), {}),
+        ("ec2:RunInstances", ec2_arn("volume", "*"), {}),
+        ("ec2:RunInstances", ec2_arn("network-interface", "*"), {}),
+        ("ec2:CreateTags", ec2_arn("instance", "*"), {"ec2:CreateAction": "RunInstances"}),
+        ("iam:PassRole", role, {"iam:PassedToService": "ec2.amazonaws.com"}),
+        ("ssm:GetParameters", parameter_arn(call["ImageId"]), {}),
+    ]
+    if "InstanceMarketOptions" in call:
+        spot_role = role_arn("aws-service-role/spot.amazonaws.com/AWSServiceRoleForEC2Spot")
+        requests += [
+            ("ec2:RunInstances", ec2_arn("spot-instances-request", "*"), {}),
+            ("iam:CreateServiceLinkedRole", spot_role, {"iam:AWSServiceName": "spot.amazonaws.com"}),
+        ]
+    return requests
 
 
 @pytest.mark.parametrize("role", [HEAD, WORKER])
