@@ -27,8 +27,8 @@ AWS, with read-only calls, whether `ray up` can get what the YAML asks for:
 One key=value line per check, then a summary line. A failed check says what to do in
 fix="...". Exit status: 0 all passed (warnings allowed), 1 a check failed, 2 a mistake: a bad
 flag or a YAML that could not be read (one line, as every program here: pgpong/cli.py). What
-it prints for cluster/aws.yaml (against moto, the local stand-in for AWS, in tests/test_aws.py)
-is the sample in docs/aws.md, Preflight, which `make docs` writes from that test's run.
+it prints for cluster/aws.yaml (against moto, the local stand-in for AWS, in tests/test_iam.py)
+is the sample in docs/aws.md, First run, which `make docs` writes from that test's saved run.
 
 When the parameter cannot be read (a wrong name, or no ssm:GetParameters permission),
 the image check is one FAIL line with AWS's error and the fix, and the exit status is 1.

@@ -385,7 +385,6 @@ def test_preflight_passes_a_large_quota_and_counts_what_already_runs(aws, monkey
     serve_ec2_quota(monkeypatch, 432)
     result = preflight(aws.env)
     assert result.returncode == 0, result.stdout + result.stderr
-    print("\n" + result.stdout)  # docs/aws.md's sample of preflight (docs/samples/preflight.txt, saved with -s)
     (quota,) = checks(result)["quota"]
     assert (quota["status"], quota["limit"], quota["in_use"], quota["need"]) == ("ok", "432", "0", "396")
 
