@@ -55,6 +55,10 @@ class Cluster:
     """What the policies need from a cluster launcher YAML: names, region, the profiles, the image parameter."""
 
     def __init__(self, config, path):
+        if not isinstance(config, dict) or config.get("provider", {}).get("type") != "aws":
+            raise UserError(
+                f"{path} is no AWS cluster launcher config (provider.type aws); pass CLUSTER=cluster/aws.yaml"
+            )
         types = config["available_node_types"]
         head = types[config["head_node_type"]]["node_config"]
         workers = [t["node_config"] for name, t in types.items() if name != config["head_node_type"]]

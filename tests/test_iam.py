@@ -165,6 +165,27 @@ def test_make_iam_with_a_yaml_that_names_no_profiles_is_one_line_and_exit_2(aws_
     assert "make: ***" in ran.stderr  # make's own line, nothing else
 
 
+def test_make_iam_as_an_identity_iam_refuses_or_without_credentials_is_one_line_and_exit_2(aws_account, monkeypatch):
+    key = iam_user(boto("iam"), "reader", "sts:GetCallerIdentity")  # made before IAM is checked
+    check_iam_from_now(monkeypatch)
+    use_aws(monkeypatch, aws_account.endpoint, key, AWS_DEFAULT_REGION=REGION)
+    refused = make("iam")
+    assert refused.returncode == 2 and refused.stdout == "", refused.stdout + refused.stderr
+    assert refused.stderr.startswith("iam: AWS refused GetRole (AccessDenied: "), refused.stderr
+    assert "run make iam as an identity that may manage IAM roles" in refused.stderr.splitlines()[0]
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    bare = make("iam")
+    assert bare.returncode == 2 and bare.stdout == "", bare.stdout + bare.stderr
+    assert bare.stderr.splitlines()[0] == "iam: no AWS credentials: run `aws configure`, or set AWS_PROFILE", (
+        bare.stderr
+    )
+    assert make("iam", "CLUSTER=cluster/local.yaml").stderr.startswith(
+        "iam: cluster/local.yaml is no AWS cluster launcher config"
+    )
+
+
 def test_preflight_says_to_run_make_iam_for_a_missing_profile_or_statement(aws):
     iam = boto("iam")
     head = role_policy(iam, HEAD)
