@@ -23,6 +23,8 @@ AUTODOWN ?=
 IMAGE ?=
 # `make image-push`: the registry (host:port[/path]) to push the built image to.
 REGISTRY ?=
+# `make iam BUCKET=<name>`: the S3 bucket of the runs (--run-dir s3://<name>/...), which the head's role may use.
+BUCKET ?=
 VARIANT_DIR ?= .cache/cluster
 # `make run`: KEEP=1 leaves the cluster up at the end; OUT is the local folder of the run and its agent
 # (default runs/<time>).
@@ -248,6 +250,11 @@ image: ## Build the cluster image from infra/Dockerfile (name in infra/image.env
 .PHONY: image-push
 image-push: ## Push the built image to REGISTRY (host:port[/path]) once; prints the IMAGE=... for `make up IMAGE=`
 	@REGISTRY="$(REGISTRY)" infra/push-image.sh
+
+.PHONY: iam
+iam: $(INSTALLED) ## Make or find the head's and workers' IAM roles and instance profiles CLUSTER names (BUCKET=: S3 run bucket)
+	@$(need-cluster-file)
+	@PYTHONPATH=job/pong $(BIN)/python infra/iam.py $(CLUSTER) $(if $(BUCKET),--bucket "$(BUCKET)")
 
 .PHONY: preflight
 preflight: $(INSTALLED) ## Check CLUSTER (SPOT, MIN_WORKERS as for up) against your AWS account: credentials, quota, zones, AMI, key pair, cost

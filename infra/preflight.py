@@ -17,7 +17,8 @@ AWS, with read-only calls, whether `ray up` can get what the YAML asks for:
                       Running On-Demand Standard instances; spot: L-34B43A08), minus what
                       already runs in the region, against what the YAML needs
     key-pair          a KeyName, if the YAML names one, exists; its private key is here
-    instance-profile  an IamInstanceProfile, if named, exists
+    instance-profile  each IamInstanceProfile named exists, and its role holds the statements
+                      `make iam` gives it (infra/iam/; bucket rights aside); Ray's own role if none
     spot-price        for spot nodes only: the spot price of the instance type now, in each
                       zone (EC2 DescribeSpotPriceHistory); "unknown" where EC2 gives none
     cost              the hourly price of every node at the YAML's largest size: on demand
@@ -26,8 +27,8 @@ AWS, with read-only calls, whether `ray up` can get what the YAML asks for:
 One key=value line per check, then a summary line. A failed check says what to do in
 fix="...". Exit status: 0 all passed (warnings allowed), 1 a check failed, 2 a mistake: a bad
 flag or a YAML that could not be read (one line, as every program here: pgpong/cli.py). What
-it prints for cluster/aws.yaml (against moto, the local stand-in for AWS, in tests/test_aws.py)
-is the sample in docs/aws.md, Preflight, which `make docs` writes from that test's run.
+it prints for cluster/aws.yaml (against moto, the local stand-in for AWS, in tests/test_iam.py)
+is the sample in docs/aws.md, First run, which `make docs` writes from that test's saved run.
 
 When the parameter cannot be read (a wrong name, or no ssm:GetParameters permission),
 the image check is one FAIL line with AWS's error and the fix, and the exit status is 1.
@@ -45,6 +46,7 @@ import sys
 from pathlib import Path
 
 import boto3
+import iam as iam_setup  # infra/iam.py, beside this file: the policies `make iam` gives the profiles
 import yaml
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
@@ -444,41 +446,62 @@ def check_key_pair(report, ec2, config, region):
             report.ok("key-pair", key_name=name, private_key=private_key)
 
 
-def instance_profile_exists(iam, name):
+def instance_profile(iam, name):
+    """The instance profile of that name, or None."""
     try:
-        iam.get_instance_profile(InstanceProfileName=name)
-        return True
+        return iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]
     except ClientError as error:
         if "NoSuchEntity" not in aws_message(error):
             raise
-        return False
+        return None
 
 
-def check_instance_profiles(report, session, config):
+def check_instance_profiles(report, session, config, path):
+    """Each profile the YAML names exists and its role holds the statements `make iam` gives it (infra/iam/)."""
     iam = session.client("iam", config=AWS_CALLS)
     named = {}
     for name, spec in config["available_node_types"].items():
-        profile = spec["node_config"].get("IamInstanceProfile")
+        profile = iam_setup.profile_name(spec["node_config"])
         if profile:
-            named[name] = profile.get("Name") or profile.get("Arn", "").rsplit("/", 1)[-1]
+            named[name] = profile
     if not named:
         note = (
             "exists; the head uses it"
-            if instance_profile_exists(iam, "ray-autoscaler-v1")
+            if instance_profile(iam, "ray-autoscaler-v1")
             else ("ray up creates it (needs IAM permissions)")
         )
         report.ok("instance-profile", profile="ray-autoscaler-v1", note=note)
         return
+    try:  # the statements make iam gives each profile's role, when the YAML names profiles as it expects
+        account = session.client("sts", config=AWS_CALLS).get_caller_identity()["Account"]
+        wanted = iam_setup.policies(iam_setup.Cluster(config, path), account)
+    except iam_setup.UserError:
+        wanted = {}
     for node_type, profile in sorted(named.items()):
-        if instance_profile_exists(iam, profile):
-            report.ok("instance-profile", node_type=node_type, profile=profile)
-        else:
+        fields = dict(node_type=node_type, profile=profile)
+        found = instance_profile(iam, profile)
+        if found is None:
+            report.fail("instance-profile", f"run `make iam`, which makes instance profile {profile}", **fields)
+            continue
+        roles = [r["RoleName"] for r in found.get("Roles", [])]
+        if not roles:
+            report.fail(
+                "instance-profile", f"run `make iam`, which gives instance profile {profile} its role", **fields
+            )
+            continue
+        fields["role"] = roles[0]
+        statements = wanted.get(profile, {}).get("Statement", [])
+        held = iam_setup.role_statements(iam, roles[0]) if statements else set()
+        missing = [s["Sid"] for s in statements if iam_setup.normalized(s) not in held]
+        if missing:
             report.fail(
                 "instance-profile",
-                f"create instance profile {profile} in IAM, or remove IamInstanceProfile from {node_type}",
-                node_type=node_type,
-                profile=profile,
+                f"run `make iam`, which gives role {roles[0]} the statements of infra/iam/ it lacks",
+                **fields,
+                missing=",".join(missing),
             )
+        else:
+            report.ok("instance-profile", **fields, statements=len(statements) if statements else "unchecked")
 
 
 # The spot prices of Linux instances (Ubuntu's); EC2 lists them under this product.
@@ -624,7 +647,7 @@ def run_checks(report, config, path):
             else:
                 report.skip("quota", "instance-type failed")
             guarded(report, "key-pair", check_key_pair, report, ec2, config, region)
-            guarded(report, "instance-profile", check_instance_profiles, report, session, config)
+            guarded(report, "instance-profile", check_instance_profiles, report, session, config, path)
             spot_prices = guarded(report, "spot-price", check_spot_prices, report, ec2, zones, plan) or {}
     check_cost(report, plan, region, spot_prices)
 
@@ -647,7 +670,7 @@ def main(argv=None):
             status="FAIL" if report.failed else "ok",
             failed=len(report.failed),
             warnings=report.warnings,
-            failed_checks=",".join(report.failed) or "none",
+            failed_checks=",".join(dict.fromkeys(report.failed)) or "none",
         )
     )
     return 1 if report.failed else 0

@@ -9,10 +9,23 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from harness import JOB_DIR, SUITE_ENV, THREADS, VENV_BIN
-from harness.aws import TESTING_KEY, moto_server, use_aws
+from harness.aws import (
+    AWS_YAML,
+    REGION,
+    TESTING_KEY,
+    UBUNTU_AMI,
+    image_parameter,
+    make_iam,
+    moto_server,
+    publish_image_parameter,
+    resolve_ssm_at_launch,
+    ubuntu_amis,
+    use_aws,
+)
 from harness.cluster import ray_head, stop_ray_head, two_node_cluster
 from harness.runs import train_locally
 
@@ -130,3 +143,42 @@ def s3(s3_endpoint, monkeypatch):
         client.delete_bucket(Bucket=bucket["Name"])
     client.create_bucket(Bucket="runs")
     return client
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint(tmp_path_factory):
+    """moto's server in this process (so tests can teach its backends what it lacks), with Canonical's AMI
+    and AWS's managed policies loaded; its endpoint URL."""
+    # Read by moto when its modules load, so set before moto_server imports them.
+    os.environ["MOTO_AMIS_PATH"] = str(ubuntu_amis(tmp_path_factory.mktemp("moto") / "amis.json"))
+    # AWS's managed policies (AmazonEC2FullAccess, ...), which Ray attaches to its role.
+    os.environ["MOTO_IAM_LOAD_MANAGED_POLICIES"] = "true"
+    with moto_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def aws_account(moto_endpoint, tmp_path, monkeypatch):
+    """A fresh fake account, as a new one is, with Canonical's image parameter; this process and its
+    children talk to it only."""
+    import urllib.request
+
+    urllib.request.urlopen(urllib.request.Request(moto_endpoint + "/moto-api/reset", method="POST")).close()
+    publish_image_parameter(image_parameter(), UBUNTU_AMI)
+    resolve_ssm_at_launch(monkeypatch)
+    (tmp_path / "home").mkdir()
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    # HOME: Ray writes the key pair it creates to ~/.ssh.
+    use_aws(monkeypatch, moto_endpoint, TESTING_KEY, AWS_DEFAULT_REGION=REGION, HOME=str(tmp_path / "home"))
+    # Ray caches its boto3 clients per region; start from none so they use this endpoint.
+    from ray.autoscaler._private.aws.utils import resource_cache
+
+    resource_cache.cache_clear()
+    return SimpleNamespace(endpoint=moto_endpoint, home=tmp_path / "home", env=dict(os.environ))
+
+
+@pytest.fixture
+def aws(aws_account):
+    """A fresh fake account after `make iam`: also the roles and instance profiles cluster/aws.yaml names."""
+    make_iam(AWS_YAML)
+    return aws_account

@@ -2,10 +2,13 @@
 
 A moto server (moto's "server mode") listens on 127.0.0.1 in this process; boto3, in
 Ray and in preflight, reaches it through AWS_ENDPOINT_URL with made-up credentials, so
-nothing here can touch a real account. Ray's own AWS bootstrap runs on our YAML as
-`ray up` would run it, and preflight runs as a user runs it, in its own process.
+nothing here can touch a real account. Each test's account is a new one after `make iam`
+(the roles and instance profiles cluster/aws.yaml names; tests/test_iam.py tests their
+rights). Ray's own AWS bootstrap runs on our YAML as `ray up` would run it, and preflight
+runs as a user runs it, in its own process.
 
-What moto lacks is given to it here rather than faked in our code:
+What moto lacks is given to it by the tests (tests/harness/aws.py, conftest.py's aws fixture) rather
+than faked in our code:
 - Canonical's Ubuntu 24.04 AMI and its public SSM parameter, which cluster/aws.yaml
   names as `resolve:ssm:<parameter>`: the AMI is loaded through moto's MOTO_AMIS_PATH,
   the parameter put into moto's SSM backend after each reset (AWS's API refuses to
@@ -23,164 +26,35 @@ Spot instances are only requested of moto here: no real spot instance was ever s
 """
 
 import copy
-import datetime
-import json
-import os
 import stat
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
 import yaml
 from harness import JOB_DIR, REPO, clean_env, fields, run
-from harness.aws import TESTING_KEY, moto_server, use_aws
+from harness.aws import (
+    AWS_YAML,
+    ON_DEMAND_QUOTA,
+    REGION,
+    SPOT_QUOTA,
+    SSM_IMAGE,
+    UBUNTU_AMI,
+    UBUNTU_NAME,
+    image_parameter,
+    make_iam,
+    serve_ec2_quota,
+)
 
 PREFLIGHT = REPO / "infra" / "preflight.py"
 VARIANT = REPO / "cluster" / "variant.py"
-AWS_YAML = REPO / "cluster" / "aws.yaml"
-REGION = "us-west-2"
-ON_DEMAND_QUOTA = "L-1216C47A"
-SPOT_QUOTA = "L-34B43A08"
-QUOTA_NAMES = {
-    ON_DEMAND_QUOTA: "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances",
-    SPOT_QUOTA: "All Standard (A, C, D, H, I, M, R, T, Z) Spot Instance Requests",
-}
-SSM_IMAGE = "resolve:ssm:"
-# A made-up ID and date for the stand-in of Canonical's image; the name has the form of theirs.
-UBUNTU_AMI = "ami-0b5a2e3c4d5e6f708"
-UBUNTU_NAME = "ubuntu/images/hvm-ssd-gp3/ubuntu-noble-24.04-amd64-server-20251112"
-
-
-def image_parameter():
-    """The SSM parameter named by the ImageId of cluster/aws.yaml's head node type."""
-    config = yaml.safe_load(AWS_YAML.read_text())
-    image_id = config["available_node_types"][config["head_node_type"]]["node_config"]["ImageId"]
-    assert image_id.startswith(SSM_IMAGE), image_id
-    return image_id[len(SSM_IMAGE) :]
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint(tmp_path_factory):
-    amis = tmp_path_factory.mktemp("moto") / "amis.json"
-    amis.write_text(
-        json.dumps(
-            [
-                {
-                    "ami_id": UBUNTU_AMI,
-                    "name": UBUNTU_NAME,
-                    "creation_date": "2025-11-12T09:41:22.000Z",
-                    "description": "Canonical, Ubuntu, 24.04, amd64 noble image",
-                    "state": "available",
-                    "public": True,
-                    "owner_id": "099720109477",
-                    "image_location": f"amazon/{UBUNTU_NAME}",
-                    "image_type": "machine",
-                    "root_device_type": "ebs",
-                    "root_device_name": "/dev/sda1",
-                    "architecture": "x86_64",
-                    "virtualization_type": "hvm",
-                    "hypervisor": "xen",
-                    "sriov": "simple",
-                    "region_name": REGION,
-                }
-            ]
-        )
-    )
-    # Read by moto when its modules load, so set before the import below.
-    os.environ["MOTO_AMIS_PATH"] = str(amis)
-    # AWS's managed policies (AmazonEC2FullAccess, ...), which Ray attaches to its role.
-    os.environ["MOTO_IAM_LOAD_MANAGED_POLICIES"] = "true"
-    with moto_server() as endpoint:
-        yield endpoint
-
-
-def publish_image_parameter(name, ami):
-    """Put a public SSM parameter, as Canonical publishes one, into moto's SSM backend."""
-    from moto.core import DEFAULT_ACCOUNT_ID
-    from moto.ssm.models import Parameter, ssm_backends
-
-    backend = ssm_backends[DEFAULT_ACCOUNT_ID][REGION]
-    backend._parameters[name].append(
-        Parameter(
-            account_id=DEFAULT_ACCOUNT_ID,
-            name=name,
-            value=ami,
-            parameter_type="String",
-            description=None,
-            allowed_pattern=None,
-            keyid=None,
-            last_modified_date=datetime.datetime.now(),
-            version=1,
-            data_type="aws:ec2:image",
-        )
-    )
-
-
-def resolve_ssm_at_launch(monkeypatch):
-    """Make moto's RunInstances resolve `resolve:ssm:<parameter>` as EC2's does, and
-    refuse AMIs it does not know."""
-    from moto import settings
-    from moto.ec2.models.instances import InstanceBackend
-    from moto.ssm.models import ssm_backends
-
-    original = InstanceBackend.run_instances
-
-    def run_instances(self, image_id, *args, **kwargs):
-        if image_id and image_id.startswith(SSM_IMAGE):
-            ssm = ssm_backends[self.account_id][self.region_name]
-            image_id = ssm.get_parameter(image_id[len(SSM_IMAGE) :]).value
-        return original(self, image_id, *args, **kwargs)
-
-    monkeypatch.setattr(InstanceBackend, "run_instances", run_instances)
-    monkeypatch.setattr(settings, "ENABLE_AMI_VALIDATION", True)
-
-
-@pytest.fixture
-def aws(moto_endpoint, tmp_path, monkeypatch):
-    """A fresh fake account; this process and its children talk to it only."""
-    urllib.request.urlopen(urllib.request.Request(moto_endpoint + "/moto-api/reset", method="POST")).close()
-    publish_image_parameter(image_parameter(), UBUNTU_AMI)
-    resolve_ssm_at_launch(monkeypatch)
-    (tmp_path / "home").mkdir()
-    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
-    # HOME: Ray writes the key pair it creates to ~/.ssh.
-    use_aws(monkeypatch, moto_endpoint, TESTING_KEY, AWS_DEFAULT_REGION=REGION, HOME=str(tmp_path / "home"))
-    # Ray caches its boto3 clients per region; start from none so they use this endpoint.
-    from ray.autoscaler._private.aws.utils import resource_cache
-
-    resource_cache.cache_clear()
-    return SimpleNamespace(endpoint=moto_endpoint, home=tmp_path / "home", env=dict(os.environ))
 
 
 def boto(service):
     import boto3
 
     return boto3.client(service, region_name=REGION)
-
-
-def serve_ec2_quota(monkeypatch, value, code=ON_DEMAND_QUOTA):
-    """Make moto's Service Quotas answer `value` for one Standard vCPU quota (on demand, or SPOT_QUOTA)."""
-    from moto.servicequotas.models import ServiceQuotasBackend
-
-    original = ServiceQuotasBackend.get_service_quota
-
-    def get_service_quota(self, service_code, quota_code):
-        if (service_code, quota_code) == ("ec2", code):
-            return {
-                "ServiceCode": "ec2",
-                "QuotaCode": code,
-                "Value": float(value),
-                "Unit": "None",
-                "QuotaName": QUOTA_NAMES[code],
-                "Adjustable": True,
-                "GlobalQuota": False,
-            }
-        return original(self, service_code, quota_code)
-
-    monkeypatch.setattr(ServiceQuotasBackend, "get_service_quota", get_service_quota)
 
 
 def serve_spot_prices(monkeypatch, history):
@@ -262,16 +136,16 @@ def test_ray_bootstraps_our_yaml_and_opens_only_ssh_to_the_world(aws, monkeypatc
     validate_config(config)
     booted = ray_aws.bootstrap_aws(config)
 
-    # IAM: the head gets Ray's instance profile, whose role may launch the workers.
-    arn = booted["head_node"]["IamInstanceProfile"]["Arn"]
-    assert arn.endswith(":instance-profile/ray-autoscaler-v1"), arn
+    # IAM: the head and both worker types keep the profiles `make iam` made (the aws fixture); Ray makes none.
     iam = boto("iam")
-    roles = iam.get_instance_profile(InstanceProfileName="ray-autoscaler-v1")["InstanceProfile"]["Roles"]
-    assert [r["RoleName"] for r in roles] == ["ray-autoscaler-v1"]
-    policies = {
-        p["PolicyName"] for p in iam.list_attached_role_policies(RoleName="ray-autoscaler-v1")["AttachedPolicies"]
-    }
-    assert "AmazonEC2FullAccess" in policies
+    profiles = {name: t["node_config"]["IamInstanceProfile"] for name, t in booted["available_node_types"].items()}
+    assert profiles == {
+        "ray.head.default": {"Name": "pong-ray-head"},
+        "ray.worker.default": {"Name": "pong-ray-worker"},
+        "ray.worker.spot": {"Name": "pong-ray-worker"},
+    }, profiles
+    assert booted["head_node"] == {}, booted["head_node"]
+    assert "ray-autoscaler-v1" not in {r["RoleName"] for r in iam.list_roles()["Roles"]}
 
     # Key pair: created in the region, private key saved for ssh, readable by us only.
     key = Path(booted["auth"]["ssh_private_key"])
@@ -304,6 +178,29 @@ def test_ray_bootstraps_our_yaml_and_opens_only_ssh_to_the_world(aws, monkeypatc
         if rule not in world:
             assert not rule.get("IpRanges") and not rule.get("Ipv6Ranges"), rule
             assert {p["GroupId"] for p in rule["UserIdGroupPairs"]} == group_ids, rule
+
+
+def test_without_the_profiles_ray_makes_its_own_role_of_full_ec2_and_s3_access(aws, monkeypatch):
+    """The documented choice of cluster/aws.yaml's comment: its IamInstanceProfile lines commented out, Ray's
+    bootstrap makes ray-autoscaler-v1 with AmazonEC2FullAccess and AmazonS3FullAccess, for the head only."""
+    from ray.autoscaler._private.aws import config as ray_aws
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    monkeypatch.setattr(ray_aws, "time", SimpleNamespace(sleep=lambda seconds: None))
+    config = yaml.safe_load(AWS_YAML.read_text())
+    for node_type in config["available_node_types"].values():
+        del node_type["node_config"]["IamInstanceProfile"]
+    config = prepare_config(config)
+    validate_config(config)
+    booted = ray_aws.bootstrap_aws(config)
+    arn = booted["head_node"]["IamInstanceProfile"]["Arn"]
+    assert arn.endswith(":instance-profile/ray-autoscaler-v1"), arn
+    assert not [t for t in booted["available_node_types"].values() if "IamInstanceProfile" in t["node_config"]]
+    iam = boto("iam")
+    roles = iam.get_instance_profile(InstanceProfileName="ray-autoscaler-v1")["InstanceProfile"]["Roles"]
+    assert [r["RoleName"] for r in roles] == ["ray-autoscaler-v1"]
+    attached = iam.list_attached_role_policies(RoleName="ray-autoscaler-v1")["AttachedPolicies"]
+    assert {p["PolicyName"] for p in attached} == {"AmazonEC2FullAccess", "AmazonS3FullAccess"}
 
 
 def test_ray_launches_every_node_on_the_current_ubuntu_image(aws, monkeypatch):
@@ -448,7 +345,9 @@ def test_preflight_fails_in_one_line_when_the_parameter_does_not_resolve(aws, tm
         for node_type in config["available_node_types"].values():
             node_type["node_config"]["ImageId"] = SSM_IMAGE + missing
 
-    result = preflight(aws.env, variant(tmp_path, change))
+    changed = variant(tmp_path, change)
+    make_iam(changed)  # the head's role may read that parameter: only the image check is left to fail
+    result = preflight(aws.env, changed)
     assert result.returncode == 1, result.stdout
     lines = [line for line in result.stdout.splitlines() if line.startswith("check=image ")]
     assert len(lines) == 1, result.stdout
@@ -486,7 +385,6 @@ def test_preflight_passes_a_large_quota_and_counts_what_already_runs(aws, monkey
     serve_ec2_quota(monkeypatch, 432)
     result = preflight(aws.env)
     assert result.returncode == 0, result.stdout + result.stderr
-    print("\n" + result.stdout)  # docs/aws.md's sample of preflight (docs/samples/preflight.txt, saved with -s)
     (quota,) = checks(result)["quota"]
     assert (quota["status"], quota["limit"], quota["in_use"], quota["need"]) == ("ok", "432", "0", "396")
 

@@ -4,7 +4,8 @@ only fixtures and hooks, and no test module imports another.
     harness            where things are, the environment a command gets, running one, reading its lines
     harness.processes  free ports, `ray start` in a session of its own, and reaping a cluster's processes
     harness.cluster    the two-node cluster a test starts, the suite's Ray head, Ray Jobs on a cluster
-    harness.aws        moto's AWS server on loopback, IAM users, pointing a process at it
+    harness.aws        moto's AWS server on loopback, IAM users, pointing a process at it, what moto lacks
+                       for cluster/aws.yaml, and a policy document's rights (allows)
     harness.runs       trainer runs in a test, and reading and comparing their run dirs
     harness.launcher   what `ray up` leaves on this machine: its SSH connections, files, process trees
     harness.hosts      test hosts of their own (address, sshd, Docker engine) on a lan in namespaces

@@ -1,14 +1,19 @@
 """A stand-in for AWS on loopback: moto's server (in this process, or one of its own that checks IAM),
-IAM users with one permission, and pointing a process and its children at the endpoint."""
+IAM users with one permission, pointing a process and its children at the endpoint, and what moto lacks
+for cluster/aws.yaml (Canonical's AMI and its public SSM parameter, resolve:ssm: at launch)."""
 
 import contextlib
+import datetime
+import fnmatch
 import json
 import logging
 import os
 import subprocess
 import time
 
-from harness import VENV_BIN
+import yaml
+
+from harness import REPO, VENV_BIN
 
 # Made-up keys that moto accepts while it does not check IAM.
 TESTING_KEY = {"AccessKeyId": "testing", "SecretAccessKey": "testing"}
@@ -77,3 +82,187 @@ def use_aws(monkeypatch, endpoint, key=None, **extra):
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     for name, value in {**aws_env(endpoint, key), **extra}.items():
         monkeypatch.setenv(name, value)
+
+
+# What moto lacks for cluster/aws.yaml, given to it (tests/test_aws.py's docstring says why each).
+REGION = "us-west-2"
+AWS_YAML = REPO / "cluster" / "aws.yaml"
+SSM_IMAGE = "resolve:ssm:"
+# A made-up ID and date for the stand-in of Canonical's image; the name has the form of theirs.
+UBUNTU_AMI = "ami-0b5a2e3c4d5e6f708"
+UBUNTU_NAME = "ubuntu/images/hvm-ssd-gp3/ubuntu-noble-24.04-amd64-server-20251112"
+
+
+def image_parameter():
+    """The SSM parameter named by the ImageId of cluster/aws.yaml's head node type."""
+    config = yaml.safe_load(AWS_YAML.read_text())
+    image_id = config["available_node_types"][config["head_node_type"]]["node_config"]["ImageId"]
+    assert image_id.startswith(SSM_IMAGE), image_id
+    return image_id[len(SSM_IMAGE) :]
+
+
+def ubuntu_amis(path):
+    """Write moto's MOTO_AMIS_PATH file: the stand-in of Canonical's Ubuntu 24.04 AMI in REGION."""
+    image = {
+        "ami_id": UBUNTU_AMI,
+        "name": UBUNTU_NAME,
+        "creation_date": "2025-11-12T09:41:22.000Z",
+        "description": "Canonical, Ubuntu, 24.04, amd64 noble image",
+        "state": "available",
+        "public": True,
+        "owner_id": "099720109477",
+        "image_location": f"amazon/{UBUNTU_NAME}",
+        "image_type": "machine",
+        "root_device_type": "ebs",
+        "root_device_name": "/dev/sda1",
+        "architecture": "x86_64",
+        "virtualization_type": "hvm",
+        "hypervisor": "xen",
+        "sriov": "simple",
+        "region_name": REGION,
+    }
+    path.write_text(json.dumps([image]))
+    return path
+
+
+def publish_image_parameter(name, ami):
+    """Put a public SSM parameter, as Canonical publishes one, into moto's SSM backend."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.ssm.models import Parameter, ssm_backends
+
+    backend = ssm_backends[DEFAULT_ACCOUNT_ID][REGION]
+    backend._parameters[name].append(
+        Parameter(
+            account_id=DEFAULT_ACCOUNT_ID,
+            name=name,
+            value=ami,
+            parameter_type="String",
+            description=None,
+            allowed_pattern=None,
+            keyid=None,
+            last_modified_date=datetime.datetime.now(),
+            version=1,
+            data_type="aws:ec2:image",
+        )
+    )
+
+
+def resolve_ssm_at_launch(monkeypatch):
+    """Make moto's RunInstances resolve `resolve:ssm:<parameter>` as EC2's does, and
+    refuse AMIs it does not know."""
+    from moto import settings
+    from moto.ec2.models.instances import InstanceBackend
+    from moto.ssm.models import ssm_backends
+
+    original = InstanceBackend.run_instances
+
+    def run_instances(self, image_id, *args, **kwargs):
+        if image_id and image_id.startswith(SSM_IMAGE):
+            ssm = ssm_backends[self.account_id][self.region_name]
+            image_id = ssm.get_parameter(image_id[len(SSM_IMAGE) :]).value
+        return original(self, image_id, *args, **kwargs)
+
+    monkeypatch.setattr(InstanceBackend, "run_instances", run_instances)
+    monkeypatch.setattr(settings, "ENABLE_AMI_VALIDATION", True)
+
+
+def check_iam_from_now(monkeypatch):
+    """From now on, the in-process moto server checks every call's credentials and rights (moto's
+    INITIAL_NO_AUTH_ACTION_COUNT: every call so far was unchecked, none is from now)."""
+    from moto import settings
+
+    monkeypatch.setattr(settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)
+
+
+# EC2's two Standard vCPU quotas, as Service Quotas names them.
+ON_DEMAND_QUOTA = "L-1216C47A"
+SPOT_QUOTA = "L-34B43A08"
+QUOTA_NAMES = {
+    ON_DEMAND_QUOTA: "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances",
+    SPOT_QUOTA: "All Standard (A, C, D, H, I, M, R, T, Z) Spot Instance Requests",
+}
+
+
+def serve_ec2_quota(monkeypatch, value, code=ON_DEMAND_QUOTA):
+    """Make moto's Service Quotas answer `value` for one Standard vCPU quota (on demand, or SPOT_QUOTA)."""
+    from moto.servicequotas.models import ServiceQuotasBackend
+
+    original = ServiceQuotasBackend.get_service_quota
+
+    def get_service_quota(self, service_code, quota_code):
+        if (service_code, quota_code) == ("ec2", code):
+            return {
+                "ServiceCode": "ec2",
+                "QuotaCode": code,
+                "Value": float(value),
+                "Unit": "None",
+                "QuotaName": QUOTA_NAMES[code],
+                "Adjustable": True,
+                "GlobalQuota": False,
+            }
+        return original(self, service_code, quota_code)
+
+    monkeypatch.setattr(ServiceQuotasBackend, "get_service_quota", get_service_quota)
+
+
+def infra(name):
+    """infra/<name>.py as a module (infra/ is no package: make runs its files as scripts)."""
+    import importlib.util
+    import sys
+
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, REPO / "infra" / f"{name}.py")
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
+
+
+def make_iam(cluster_yaml, bucket=None):
+    """What `make iam` makes for that YAML, made by infra/iam.py in this process with its credentials; its lines."""
+    import io
+
+    import boto3
+
+    iam = infra("iam")
+    lines = io.StringIO()
+    with contextlib.redirect_stdout(lines):
+        iam.make(boto3.session.Session(region_name=REGION), iam.load(cluster_yaml), bucket)
+    return lines.getvalue().splitlines()
+
+
+def as_moto_checks_it(document):
+    """A policy document as moto's IAM can enforce it: every Resource widened to "*". moto authorizes an
+    EC2, SSM or IAM call against the resource "*" whatever it touches, so a statement scoped to ARNs never
+    matches there and one of "*" always does; and it evaluates a Condition only against values the
+    request brings (none, for these services), so every condition holds. What moto enforces is the
+    actions; allows() checks resources and conditions on the document itself."""
+    return dict(document, Statement=[dict(s, Resource="*") for s in document["Statement"]])
+
+
+# The condition operators allows() knows; another in a policy is an error of the test, never a pass.
+CONDITIONS = {
+    "StringEquals": lambda actual, wanted: actual in wanted,
+    "StringLike": lambda actual, wanted: any(fnmatch.fnmatchcase(actual, w) for w in wanted),
+}
+
+
+def allows(document, action, resource, context=None):
+    """Whether the policy document's Allow statements grant `action` on `resource` (an ARN) in a request
+    whose condition keys have the values of `context` ({"aws:RequestTag/ray-cluster-name": "pong"}), as IAM
+    decides it for a policy without Deny: action and resource matched with * wildcards, and every condition
+    key of the statement present in the request and matching. The plain check of what moto does not
+    evaluate (as_moto_checks_it)."""
+
+    def listed(value):
+        return [value] if isinstance(value, str) else value
+
+    for statement in document["Statement"]:
+        assert statement["Effect"] == "Allow" and "NotAction" not in statement, statement  # ours hold none
+        if not any(fnmatch.fnmatch(action.lower(), a.lower()) for a in listed(statement["Action"])):
+            continue
+        if not any(fnmatch.fnmatchcase(resource, r) for r in listed(statement["Resource"])):
+            continue
+        tests = [(op, key, listed(v)) for op, keys in statement.get("Condition", {}).items() for key, v in keys.items()]
+        if all(key in (context or {}) and CONDITIONS[op](context[key], wanted) for op, key, wanted in tests):
+            return True
+    return False
