@@ -31,7 +31,6 @@ sys.path.insert(0, str(REPO / "job" / "pong"))  # pgpong's cli and logline: one-
 from pgpong.cli import Parser  # noqa: E402
 from pgpong.logline import kv  # noqa: E402
 
-
 # The head's autodown watcher's log, in the head's Ray log folder (cluster/variant.py's AUTODOWN_COMMAND).
 AUTODOWN_LOG = "autodown.log"
 
