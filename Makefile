@@ -199,7 +199,7 @@ test: $(TESTS) $(TOOLS) ## Run the test suite but the docker test, real Ray clus
 	python -m pytest -m alone
 
 .PHONY: test-docker
-test-docker: $(TESTS) ## ray up cluster/local.yaml here, train in the container, ray down (root, Docker, sshd)
+test-docker: $(TESTS) ## ray up of cluster/local.yaml here and of cluster/aws.yaml on test hosts, train, down (root, Docker, sshd)
 	python -m pytest -m docker -rA
 
 ##@ Local cluster (this machine)
