@@ -32,14 +32,13 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from shlex import quote
 
 import pytest
 import yaml
 from harness import REPO, clean_env, read_env_file, run
+from harness.launched import dashboard_get
 from ray.autoscaler._private.docker import docker_start_cmds, with_docker_exec
 from ray.autoscaler.sdk import get_docker_host_mount_location
 
@@ -69,18 +68,6 @@ def in_container(command, timeout=300):
         [f"bash --login -c -i {quote(login)}"], container_name=CONTAINER, docker_cmd="docker"
     )
     return host("bash", "-c", exec_line, timeout=timeout)
-
-
-def answer(path, token=None):
-    """(HTTP status, JSON or None) of a GET of the head's dashboard from this machine."""
-    request = urllib.request.Request(DASHBOARD + path)
-    if token:
-        request.add_header("Authorization", "Bearer " + token)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, None
 
 
 def image_home():
@@ -167,8 +154,8 @@ def test_the_head_starts_as_rays_image_user_with_token_auth_and_autodown_sees_th
     assert "raylet" in users.stdout and "gcs_server" in users.stdout, users.stdout
 
     # Token auth: none gets 401, the cluster's token lists the jobs.
-    assert answer("/api/jobs/")[0] == 401
-    assert answer("/api/jobs/", secret) == (200, [])
+    assert dashboard_get(DASHBOARD, "/api/jobs/")[0] == 401
+    assert dashboard_get(DASHBOARD, "/api/jobs/", secret) == (200, [])
     client = clean_env(RAY_ADDRESS=DASHBOARD, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(tmp_path / "token"))
     (tmp_path / "token").write_text(secret)
     job_id = f"busy-{os.getpid()}"

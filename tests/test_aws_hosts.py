@@ -40,8 +40,7 @@ import pytest
 import yaml
 from harness import REPO, clean_env, run
 from harness.hosts import LOGIN_UID
-from harness.launched import Launched, lines_of, start_lan, wait_until
-from harness.launcher import snapshot, tail
+from harness.launched import Launched, lan_of_hosts, lines_of
 from ray.autoscaler.sdk import get_docker_host_mount_location
 
 sys.path.insert(0, str(REPO / "cluster"))
@@ -92,18 +91,8 @@ def lan(tmp_path):
     built = run(["make", "image"], clean_env(), timeout=1800)  # the cache the hosts build from
     assert built.returncode == 0 and "built image=" in built.stdout, built.stdout + built.stderr
     cache = login_owned_cache(tmp_path / "cache")
-    home_ssh = Path.home() / ".ssh"
-    before = snapshot(home_ssh)
-    try:
-        network = start_lan(tmp_path, HOSTS, cache, build_folder(), login_user=LOGIN)
-    except RuntimeError as error:
-        pytest.fail(str(error), pytrace=False)
-    try:
+    with lan_of_hosts(tmp_path, HOSTS, cache, build_folder(), login_user=LOGIN) as network:
         yield network
-    finally:
-        left = network.stop()
-        assert not left, f"the test hosts left: {left}"
-        assert snapshot(home_ssh) == before, "~/.ssh changed during the test"
 
 
 @pytest.fixture
@@ -159,17 +148,8 @@ def test_aws_yaml_as_it_is_starts_three_nodes_as_ubuntu_trains_on_them_and_its_a
         assert on_host(host, "docker info").returncode != 0, "ubuntu may use Docker before the YAML gives it"
 
     # `ray up` as the README says, from the laptop: the head, then its autoscaler starts the workers.
-    started = time.monotonic()
-    up = cluster.launcher("up")
-    assert up.returncode == 0, f"`ray up` failed:\n{tail(cluster.log)}"
-    figures["head_up_s"] = round(time.monotonic() - started, 1)
-    cluster.open_tunnel()
-    addresses = {host.address: host.name for host in lan.hosts}
-    nodes = wait_until(
-        "three alive nodes", lambda: len(cluster.alive_nodes()) == 3 and cluster.alive_nodes(), JOIN_TIMEOUT_S
-    )
-    figures["workers_joined_s"] = round(time.monotonic() - started - figures["head_up_s"], 1)
-    assert sorted(addresses[a] for a in nodes.values()) == HOSTS, nodes
+    _, up_figures = cluster.bring_up(JOIN_TIMEOUT_S)
+    figures.update(up_figures)
     cpus = cluster.head_exec(CLUSTER_CPUS)
     assert cpus.stdout.split()[-1:] == [str(18 * len(HOSTS))], cpus.stdout + cpus.stderr  # --num-cpus=18 each
 
@@ -250,8 +230,7 @@ def test_a_host_that_can_pull_nothing_and_is_not_root_is_told_so_in_one_line_wit
     cache = tmp_path / "empty-cache"
     cache.mkdir()
     os.chown(cache, LOGIN_UID, LOGIN_UID)
-    lan = start_lan(tmp_path, ["node"], cache, "/tmp/pong-build", login_user=LOGIN)
-    try:
+    with lan_of_hosts(tmp_path, ["node"], cache, "/tmp/pong-build", login_user=LOGIN) as lan:
         (node,) = lan.hosts
         copy = node.folder / "tmp" / "pong-build"  # the node's /tmp/pong-build
         shutil.copytree(REPO / "infra", copy / "infra")
@@ -259,8 +238,6 @@ def test_a_host_that_can_pull_nothing_and_is_not_root_is_told_so_in_one_line_wit
         docker = on_host(node, 'sudo setfacl -m "user:$USER:rw" /var/run/docker.sock')  # as the YAML's step does
         assert docker.returncode == 0, docker.stderr
         built = on_host(node, "bash /tmp/pong-build/infra/build-image.sh")
-    finally:
-        assert not lan.stop()
     said = built.stderr.strip().splitlines()
     assert built.returncode == 1 and len(said) == 1, built.stdout + built.stderr
     assert said[0].startswith("build-image: cannot pull rayproject/ray:"), said

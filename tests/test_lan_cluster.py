@@ -45,8 +45,8 @@ from pathlib import Path
 import pytest
 import yaml
 from harness import RAY, REPO, clean_env, fields, run
-from harness.launched import Launched, lines_of, start_lan, updater_seconds, updates_of, wait_until
-from harness.launcher import clear, snapshot, tail
+from harness.launched import Launched, lan_of_hosts, lines_of, updater_seconds, updates_of, wait_until
+from harness.launcher import clear, tail
 from harness.runs import assert_same_run, train_locally
 from ray.autoscaler.sdk import get_docker_host_mount_location
 
@@ -100,19 +100,9 @@ def build_folder(config):
 @pytest.fixture
 def lan(tmp_path):
     """Three hosts on a lan of their own, each logging root in with a key made here; all gone after."""
-    home_ssh = Path.home() / ".ssh"
-    before = snapshot(home_ssh)
     (REPO / ".cache").mkdir(exist_ok=True)  # mounted on every host now; `make image` fills it in the test
-    try:
-        network = start_lan(tmp_path, HOSTS, REPO / ".cache", build_folder(COMMITTED))
-    except RuntimeError as error:
-        pytest.fail(str(error), pytrace=False)
-    try:
+    with lan_of_hosts(tmp_path, HOSTS, REPO / ".cache", build_folder(COMMITTED)) as network:
         yield network
-    finally:
-        left = network.stop()
-        assert not left, f"the test hosts left: {left}"
-        assert snapshot(home_ssh) == before, "~/.ssh changed during the test"
 
 
 @pytest.fixture
@@ -165,17 +155,9 @@ def test_ray_up_launches_two_workers_that_train_and_one_comes_back(cluster, lan,
     assert list(cache.glob("image/*.tar")) and list(cache.glob("wheelhouse/*.whl")), built.stdout
 
     # 2. The head by `ray up`, the workers by its autoscaler.
-    started = time.monotonic()
-    up = cluster.launcher("up")
-    assert up.returncode == 0, f"`ray up` failed:\n{tail(cluster.log)}"
-    figures["head_up_s"] = round(time.monotonic() - started, 1)
-    cluster.open_tunnel()
+    _, up_figures = cluster.bring_up(JOIN_TIMEOUT_S)
+    figures.update(up_figures)
     addresses = {host.address: host.name for host in lan.hosts}
-    nodes = wait_until(
-        "three alive nodes", lambda: len(cluster.alive_nodes()) == 3 and cluster.alive_nodes(), JOIN_TIMEOUT_S
-    )
-    figures["workers_joined_s"] = round(time.monotonic() - started - figures["head_up_s"], 1)
-    assert sorted(addresses[a] for a in nodes.values()) == HOSTS, nodes
     assert all(CONTAINER in host.containers() for host in lan.hosts)
     # Each host's image build: the head's in `ray up`'s output, the workers' in its autoscaler's log.
     monitor = cluster.head_exec("cat /tmp/ray/session_latest/logs/monitor.out /tmp/ray/session_latest/logs/monitor.log")

@@ -32,7 +32,6 @@ launcher wrote for this run are removed; ~/.ssh is checked to be unchanged.
 
 import getpass
 import hashlib
-import json
 import os
 import shutil
 import signal
@@ -40,14 +39,13 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import yaml
 from harness import RAY, REPO, clean_env, fields, only, run
+from harness.launched import dashboard_get
 from harness.launcher import (
     SSH_OPTIONS,
     clear,
@@ -292,24 +290,12 @@ def up_with_free_ports(cluster):
     return with_new_ports(start)
 
 
-def jobs_api(address, path, token=None):
-    """(HTTP status, JSON body or None) of a GET on the head's Jobs API."""
-    request = urllib.request.Request(address + path)
-    if token:
-        request.add_header("Authorization", "Bearer " + token)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, None
-
-
 def dashboard_answer(address, token, wait_s=60):
     """The HTTP status of /api/version with the token, once a dashboard answers at all."""
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            return jobs_api(address, "/api/version", token)[0]
+            return dashboard_get(address, "/api/version", token)[0]
         except OSError as error:  # not listening yet
             if time.monotonic() > deadline:
                 return f"nothing ({error})"
@@ -354,7 +340,7 @@ def test_ray_up_local_yaml_trains_pong_in_a_container(cluster_yaml, tmp_path):
     assert start and done, f"no start or done line in the job's logs:\n{logs.stdout[-3000:]}{logs.stderr[-3000:]}"
     status, deadline = None, time.monotonic() + 60
     while status not in ("SUCCEEDED", "FAILED", "STOPPED") and time.monotonic() < deadline:
-        status = (jobs_api(dashboard, f"/api/jobs/{job_id}", token)[1] or {}).get("status")
+        status = (dashboard_get(dashboard, f"/api/jobs/{job_id}", token)[1] or {}).get("status")
         time.sleep(0.5)
     assert status == "SUCCEEDED", f"job {job_id} is {status}:\n{logs.stdout[-3000:]}"
     assert fields(done[-1])["updates"] == "1" and fields(start[0])["blas_threads"] == "1", start + done
@@ -370,9 +356,9 @@ def test_ray_up_local_yaml_trains_pong_in_a_container(cluster_yaml, tmp_path):
     probed = [line for line in probe.stdout.splitlines() if line.startswith("probe ")]
     assert probe.returncode == 0 and probed, probe.stdout + probe.stderr
     assert fields(probed[0])["OPENBLAS_NUM_THREADS"] == "1", probed[0]
-    refused, _ = jobs_api(dashboard, "/api/jobs/")
+    refused, _ = dashboard_get(dashboard, "/api/jobs/")
     assert refused in (401, 403), f"the Jobs API answered HTTP {refused} to a request without the token"
-    assert jobs_api(dashboard, "/api/jobs/", token)[0] == 200
+    assert dashboard_get(dashboard, "/api/jobs/", token)[0] == 200
     lap("checks")
 
     down = launcher("down", cluster_yaml.path, cluster_yaml.log)
@@ -423,7 +409,7 @@ def test_autodown_on_the_head_spares_a_running_job_then_tears_the_idle_cluster_d
 
     # Past the idle time, the job still runs and the cluster is still there.
     time.sleep(AUTODOWN_MINUTES * 60 + 10)
-    status = (jobs_api(dashboard, f"/api/jobs/{job_id}", token)[1] or {}).get("status")
+    status = (dashboard_get(dashboard, f"/api/jobs/{job_id}", token)[1] or {}).get("status")
     log = autodown_log()
     assert container_exists() and status == "RUNNING", f"{status}, the watcher:\n{log}"
     assert "autodown busy running=1" in log and "autodown down" not in log, log
@@ -436,9 +422,9 @@ def test_autodown_on_the_head_spares_a_running_job_then_tears_the_idle_cluster_d
     deadline = submitted_at + BUSY_JOB_S + 120
     while status != "SUCCEEDED" and time.time() < deadline:
         time.sleep(2)
-        status = (jobs_api(dashboard, f"/api/jobs/{job_id}", token)[1] or {}).get("status")
+        status = (dashboard_get(dashboard, f"/api/jobs/{job_id}", token)[1] or {}).get("status")
     assert status == "SUCCEEDED", status
-    ended = jobs_api(dashboard, f"/api/jobs/{job_id}", token)[1]["end_time"] / 1000
+    ended = dashboard_get(dashboard, f"/api/jobs/{job_id}", token)[1]["end_time"] / 1000
 
     # Then, no job running for AUTODOWN_MINUTES: the head takes the whole cluster down by itself.
     deadline = ended + AUTODOWN_MINUTES * 60 + AUTODOWN_POLL_S + TEARDOWN_S
@@ -506,7 +492,7 @@ def test_make_run_trains_fetches_and_ships_the_agent_then_downs_the_cluster_even
         _, err = following.communicate(timeout=120)
         job_id = (tmp_path / "last-job").read_text().strip()
         token, dashboard = cluster_yaml.token.read_text().strip(), cluster_yaml.dashboard
-        status = (jobs_api(dashboard, f"/api/jobs/{job_id}", token)[1] or {}).get("status")
+        status = (dashboard_get(dashboard, f"/api/jobs/{job_id}", token)[1] or {}).get("status")
         assert following.returncode != 0 and status == "RUNNING" and container_exists(), (status, err)
         assert f"make down CLUSTER={cluster_yaml.path}" in err and f"make logs ID={job_id}" in err, err
     finally:

@@ -9,6 +9,7 @@ cluster/aws.yaml.
     cluster.close()                                                       # tunnel, `ray down` if needed, files
 """
 
+import contextlib
 import ctypes
 import json
 import os
@@ -21,6 +22,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from harness import RAY, REPO, clean_env, fields, run
 from harness.hosts import Lan
 from harness.launcher import (
@@ -30,6 +33,7 @@ from harness.launcher import (
     launcher_files,
     missing_tools,
     remove,
+    snapshot,
     tail,
 )
 
@@ -61,13 +65,24 @@ def in_lan(lan, fn, *args):
     return result["value"]
 
 
-def jobs_api(path, token=None):
-    """GET of the head's dashboard through the tunnel (on the lan's loopback); its JSON."""
-    request = urllib.request.Request(f"http://127.0.0.1:{DASHBOARD_PORT}{path}")
-    if token is not None:
+def dashboard_get(address, path, token=None):
+    """(HTTP status, JSON body or None) of a GET of a Ray head's dashboard (Jobs API, state API)."""
+    request = urllib.request.Request(address + path)
+    if token:
         request.add_header("Authorization", "Bearer " + token)
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return json.loads(response.read())
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, None
+
+
+def jobs_api(path, token=None):
+    """GET of the head's dashboard through the tunnel (on the lan's loopback); its JSON, KeyError if not 200."""
+    status, body = dashboard_get(f"http://127.0.0.1:{DASHBOARD_PORT}", path, token)
+    if status != 200:
+        raise KeyError(f"{path}: HTTP {status}")
+    return body
 
 
 def what_is_missing():
@@ -88,6 +103,24 @@ def what_is_missing():
             ("setfacl", "acl"),
         )
     )
+
+
+@contextlib.contextmanager
+def lan_of_hosts(tmp_path, names, image_cache, build_folder, login_user="root"):
+    """start_lan for a fixture: a machine that cannot run it fails the test in one message; the hosts are
+    stopped after, and nothing of them, nor any change to ~/.ssh, may be left."""
+    home_ssh = Path.home() / ".ssh"
+    before = snapshot(home_ssh)
+    try:
+        lan = start_lan(tmp_path, names, image_cache, build_folder, login_user)
+    except RuntimeError as error:
+        pytest.fail(str(error), pytrace=False)
+    try:
+        yield lan
+    finally:
+        left = lan.stop()
+        assert not left, f"the test hosts left: {left}"
+        assert snapshot(home_ssh) == before, "~/.ssh changed during the test"
 
 
 def start_lan(tmp_path, names, image_cache, build_folder, login_user="root"):
@@ -189,6 +222,26 @@ class Launched:
                 stdin=subprocess.DEVNULL,
                 timeout=timeout,
             )
+
+    def bring_up(self, join_timeout_s):
+        """`ray up`, the tunnel, and every host alive in the cluster (the head's autoscaler starts the workers):
+        ({node id: host name}, {"head_up_s": ..., "workers_joined_s": ...})."""
+        started = time.monotonic()
+        up = self.launcher("up")
+        assert up.returncode == 0, f"`ray up` failed:\n{tail(self.log)}"
+        figures = {"head_up_s": round(time.monotonic() - started, 1)}
+        self.open_tunnel()
+        names = {host.address: host.name for host in self.lan.hosts}
+        everyone = len(names)
+        nodes = wait_until(
+            f"{everyone} alive nodes",
+            lambda: len(self.alive_nodes()) == everyone and self.alive_nodes(),
+            join_timeout_s,
+        )
+        figures["workers_joined_s"] = round(time.monotonic() - started - figures["head_up_s"], 1)
+        found = {node: names[address] for node, address in nodes.items()}
+        assert sorted(found.values()) == sorted(names.values()), found
+        return found, figures
 
     def open_tunnel(self):
         """`ray dashboard` of the config: the head's dashboard at DASHBOARD_PORT on the lan."""
