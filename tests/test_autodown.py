@@ -217,7 +217,7 @@ def test_a_head_role_that_cannot_see_the_instances_stops_nothing_and_says_so(tmp
 def test_the_launchers_config_chooses_the_teardown(tmp_path):
     aws = autodown.Teardown({"provider": {"type": "aws", "region": "us-west-2"}, "cluster_name": "x"})
     assert aws.provider == "aws" and aws.run == aws.aws
-    local = autodown.Teardown({"provider": {"type": "local"}, "_path": "/root/c.yaml"})
+    local = autodown.Teardown({"provider": {"type": "local"}, "_path": "/home/ray/ray_bootstrap_config.yaml"})
     assert local.provider == "local" and local.run == local.local
     assert autodown.Teardown({"provider": {"type": "gcp"}}, down_command="true").provider == "command"
     with pytest.raises(ValueError, match="provider 'gcp': autodown knows aws and local"):
