@@ -243,6 +243,7 @@ class Lan:
         LOGIN_UID (whoever has them on this machine gives them up there), sudo without a password as
         cloud-init writes it, no password of its own (key logins only), and not in the docker group."""
         user, uid = self.login_user, LOGIN_UID
+        assert user != "root", "root logs in on every host already: pass no login_user for it"
         upper = folder / "etc-upper"
         (upper / "sudoers.d").mkdir(parents=True)
         (folder / "etc-work").mkdir()

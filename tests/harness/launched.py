@@ -124,8 +124,8 @@ def lan_of_hosts(tmp_path, names, image_cache, build_folder, login_user="root"):
 
 
 def start_lan(tmp_path, names, image_cache, build_folder, login_user="root"):
-    """The hosts on a lan of their own, each logging login_user in with a key made here (lan.login_key, and
-    lan.login_user); image_cache appears at build_folder/.cache on each. Fails in seconds where a login does
+    """The hosts on a lan of their own, each logging login_user in with a key made here (lan.login_key): root,
+    or a user made on every host as harness.hosts makes one (Lan.login_user); image_cache appears at build_folder/.cache on each. Fails in seconds where a login does
     not work, rather than in `ray up`'s minutes of retries. Stop it with lan.stop()."""
     missing = what_is_missing()
     if missing:
@@ -140,7 +140,7 @@ def start_lan(tmp_path, names, image_cache, build_folder, login_user="root"):
     (keys / "authorized_keys").write_text((keys / "login_key.pub").read_text())
     user = None if login_user == "root" else login_user
     lan = Lan(names, keys / "authorized_keys", image_cache, f"{build_folder}/.cache", login_user=user)
-    lan.login_key, lan.login_user = keys / "login_key", login_user
+    lan.login_key = keys / "login_key"
     try:
         lan.start()
         for host in lan.hosts:
