@@ -17,7 +17,7 @@ import pytest
 from harness import JOB_DIR, RAY, fields, run
 from harness.aws import aws_env, iam_user, moto_with_iam, use_aws
 from harness.cluster import stop_job, wait_until_done
-from harness.runs import assert_same_run, read_metrics, train_locally, trainer_env
+from harness.runs import UNTIL_STOPPED, assert_same_run, read_metrics, train_locally, trainer_env
 from pgpong import policy, rollout
 from pgpong.pool import RolloutPool
 
@@ -326,19 +326,7 @@ def test_a_full_disk_mid_run_ends_in_one_line_and_keeps_the_last_good_checkpoint
     from pgpong.run import Run
 
     run_dir = tmp_path / "run"
-    training = Training(
-        "--batch-size",
-        "2",
-        "--workers",
-        "1",
-        "--updates",
-        "0",
-        "--checkpoint-every",
-        "1",
-        "--run-dir",
-        str(run_dir),
-        stderr_path=tmp_path / "stderr",
-    )
+    training = Training(*UNTIL_STOPPED, "--run-dir", str(run_dir), stderr_path=tmp_path / "stderr")
     try:
         training.wait_for("update=2 ")
         resource.prlimit(training.proc.pid, resource.RLIMIT_FSIZE, (1_000_000, 1_000_000))
@@ -371,18 +359,7 @@ def test_s3_credentials_revoked_mid_run_end_it_in_one_line_keeping_the_last_good
         trainer_key = iam_user(iam, "trainer", "s3:*")
 
         training = Training(
-            "--batch-size",
-            "2",
-            "--workers",
-            "1",
-            "--updates",
-            "0",
-            "--checkpoint-every",
-            "1",
-            "--run-dir",
-            "s3://runs/run",
-            stderr_path=tmp_path / "stderr",
-            env=aws_env(endpoint, trainer_key),
+            *UNTIL_STOPPED, "--run-dir", "s3://runs/run", stderr_path=tmp_path / "stderr", env=aws_env(endpoint, trainer_key)
         )
         training.wait_for("update=2 ")
         iam.delete_access_key(UserName="trainer", AccessKeyId=trainer_key["AccessKeyId"])  # the credentials die
