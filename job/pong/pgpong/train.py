@@ -16,6 +16,7 @@ Here: the loop (Trainer), the stop signal (StopSignal), and main, the one place
 where an error becomes its line and exit status.
 """
 
+import collections
 import dataclasses
 import json
 import os
@@ -80,6 +81,7 @@ class Trainer:
         self.out = out
         self.stop = stop or StopSignal()  # one that no handler feeds never stops
         self.records = []
+        self.episodes_by_node = collections.Counter()  # node -> episodes of the finished updates it played
 
     # -- pool ----------------------------------------------------------------
 
@@ -128,6 +130,7 @@ class Trainer:
         seconds = t2 - t0
         s.seconds += seconds
         self.last_results = results
+        self.episodes_by_node.update(played.episodes_by_node)
         return {
             "update": update,
             "episodes": len(results),
@@ -226,7 +229,7 @@ class Trainer:
         self.print_trend()
         seconds = time.perf_counter() - started
         steps = sum(r["env_steps"] for r in self.records)
-        by_node = +self.pool.episodes_by_node  # without the nodes whose episodes were all dropped or replayed
+        by_node = self.episodes_by_node
         line = kv(
             "done",
             *([] if reason == "finished" else [f"stopped={reason}"]),
