@@ -28,7 +28,7 @@ def autoscaler_request():
     return json.loads(_internal_kv_get(AUTOSCALER_RESOURCE_REQUEST_CHANNEL))
 
 
-# Alone: every trainer run asks for capacity on the suite's head too (train.start_and_train), and one
+# Alone: every trainer run asks for capacity on the suite's head too (train.train), and one
 # in the other pytest process would replace this test's request between its calls.
 @pytest.mark.alone
 def test_a_request_reaches_the_autoscaler_and_a_release_withdraws_it(local_ray):

@@ -14,9 +14,9 @@ import uuid
 
 import pytest
 from harness import RAY, fields, run
-from harness.cluster import logs, plain_submit, two_node_cluster, wait_for, wait_until_done
+from harness.cluster import plain_submit, two_node_cluster, wait_for
 from harness.processes import cluster_processes
-from harness.runs import assert_same_run, read_metrics, train_on
+from harness.runs import assert_same_run, read_metrics, stop_then_reference
 
 ARGS = ["--batch-size", "4", "--workers", "2", "--seed", "17", "--learning-rate", "1e-3", "--checkpoint-every", "1000"]
 CHAOS_SEED = 2026  # one fixed schedule of delays and victims
@@ -123,19 +123,10 @@ def test_chaos_changes_nothing_bit_for_bit(tmp_path):
                 return on_new and whole_again and len(update_lines(text)) > chaos.seen + 1
 
             wait_for(cluster, submission, grown_back, what="the pool grown back onto the new node")
-            stopped = run([RAY, "job", "stop", submission], cluster.client_env(), timeout=120)
-            assert stopped.returncode == 0, stopped.stdout + stopped.stderr
-            status = wait_until_done(cluster, submission, timeout_s=120)
-            text = logs(cluster, submission)
+            reference = tmp_path / "reference"  # as many updates, fault-free, on this cluster, then whole
+            status, text, last = stop_then_reference(cluster, submission, ARGS, reference)
         finally:
             run([RAY, "job", "stop", submission], cluster.client_env(), timeout=120)
-        done = [fields(line) for line in text.splitlines() if line.startswith("done ")]
-        assert done and done[0]["stopped"] == "SIGTERM", text[-3000:]
-        last = int(done[0]["last_update"])
-        # The reference: as many updates, fault-free, on this cluster while it stands (no Ray of its own to start).
-        reference = tmp_path / "reference"
-        made = train_on(cluster, *ARGS, "--updates", str(last), "--run-dir", str(reference))
-        assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-3000:]
     assert status == "STOPPED", text[-4000:]
     # A kill shows as a fault line when a call finds the actor dead, or the ledger's when the actor died
     # idle and came back empty-handed before the driver asked for its sums; an actor killed idle after

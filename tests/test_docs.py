@@ -243,9 +243,9 @@ def expected_fields(lines):
             allowed = expected.setdefault(kind, [])
             if fields not in allowed:
                 allowed.append(fields)
-    # A resumed run's start line has one more field, `kept=` (train.py, start_and_train).
+    # A resumed run's start line has one more field, `kept=` (train.py, print_start).
     expected["start"] = expected.get("start", []) + [f | {"kept"} for f in expected.get("start", [])]
-    # A stopped run's done line has one more word, `stopped=SIGTERM` (train.py, Trainer.train).
+    # A stopped run's done line has one more word, `stopped=SIGTERM` (report.py, Summary.line).
     expected["done"] = expected.get("done", []) + [f | {"stopped"} for f in expected.get("done", [])]
     expected["fault"] = fault_field_sets()
     return expected

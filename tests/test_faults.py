@@ -17,9 +17,9 @@ import pytest
 from harness import JOB_DIR, RAY, fields, run
 from harness.aws import aws_env, iam_user, moto_with_iam, use_aws
 from harness.cluster import stop_job, wait_until_done
-from harness.runs import assert_same_run, read_metrics, train_locally, trainer_env
+from harness.runs import UNTIL_STOPPED, assert_same_run, read_metrics, train_locally, trainer_env
 from pgpong import policy, rollout
-from pgpong.pool import RolloutPool
+from pgpong.pool import Batch, RolloutPool
 
 SEED = 21
 PARAMS = policy.init_params(np.random.default_rng(SEED))
@@ -29,11 +29,8 @@ PARAMS = policy.init_params(np.random.default_rng(SEED))
 def pool(local_ray):
     """Two actors on the in-process Ray; yields (pool, the lines it printed)."""
     lines = []
-    pool = RolloutPool("Pong-v0", 2, out=lines.append)
-    try:
+    with RolloutPool("Pong-v0", 2, out=lines.append) as pool:
         yield pool, lines
-    finally:
-        pool.shutdown()
 
 
 def play(pool, batch, hook=lambda: None, update=1):
@@ -58,14 +55,10 @@ def assert_the_fault_path_replayed(lines, outcome, replayed):
 
 def wait_for_recovery(pool, timeout_s=120):
     """Drive the pool's probes until every actor answers again."""
-    import ray
-
     deadline = time.monotonic() + timeout_s
-    while pool.probes and time.monotonic() < deadline:
-        ready, _ = ray.wait(list(pool.probes), num_returns=1, timeout=1.0)
-        for ref in ready:
-            pool.heard_from(ref)
-    return not pool.probes
+    while pool.coming() and time.monotonic() < deadline:
+        pool.wait([], timeout=1.0)
+    return not pool.coming()
 
 
 def when_idle(pool, kill):
@@ -78,7 +71,7 @@ def when_idle(pool, kill):
 
     def hook():
         if not killed:
-            pids = [d["pid"] for d in ray.get([a.describe.remote() for a in pool.actors])]
+            pids = [d["pid"] for d in ray.get([pool.submit(i, "describe") for i in (0, 1)])]
             kill(pids)
             killed.append(pids)
 
@@ -86,16 +79,18 @@ def when_idle(pool, kill):
 
 
 @pytest.mark.slow
-def test_a_busy_actor_killed_mid_update_loses_nothing_and_the_pool_comes_back(pool):
+def test_a_busy_actor_killed_mid_update_loses_nothing_and_the_pool_comes_back(pool, monkeypatch):
     pool, lines = pool
     batch = 6
     reference = play(pool, batch)
     victim = pool.info[0]["pid"]
-    killed = []
+    killed, kept = [], []
+    keep = Batch.keep
+    monkeypatch.setattr(Batch, "keep", lambda batch, *result: kept.append(1) or keep(batch, *result))
 
     def kill_after_two_episodes():
         # called by the driver after every wait: kill actor 0 once two episodes are in
-        if not killed and sum(pool.episodes_by_node.values()) >= batch + 2:
+        if not killed and len(kept) >= 2:
             os.kill(victim, signal.SIGKILL)
             killed.append(time.monotonic())
 
@@ -110,11 +105,11 @@ def test_a_busy_actor_killed_mid_update_loses_nothing_and_the_pool_comes_back(po
 
     # Ray restarts the actor (a new process) and the pool takes it back
     assert wait_for_recovery(pool), lines
-    assert pool.healthy == {0, 1}
+    assert pool.healthy_ids() == [0, 1]
     assert any(line.startswith("recovered actor=0") for line in lines), lines
     import ray
 
-    assert ray.get(pool.actors[0].describe.remote())["pid"] != victim
+    assert ray.get(pool.submit(0, "describe"))["pid"] != victim
 
 
 @pytest.mark.slow
@@ -129,7 +124,7 @@ def test_an_idle_actor_killed_before_the_reduce_has_its_nodes_sums_replayed(pool
     assert set(faults) == {"0", "1"} and all(f["replayed"] == "1" for f in faults.values()), lines
     assert_the_fault_path_replayed(lines, faulty[2], 2)
     assert_same_update(faulty, reference)
-    assert wait_for_recovery(pool) and pool.healthy == {0, 1}, lines
+    assert wait_for_recovery(pool) and pool.healthy_ids() == [0, 1], lines
 
 
 @pytest.mark.slow
@@ -145,7 +140,7 @@ def test_a_live_actor_whose_reduce_failed_discards_its_sum(pool):
     assert killed
     faults = {fields(line)["actor"]: fields(line) for line in lines if line.startswith("fault ")}
     assert "0" in faults and faults["0"]["replayed"] == "1", lines
-    assert ray.get(pool.actors[0].describe.remote())["pid"] == killed[0][0]  # actor 0 never died
+    assert ray.get(pool.submit(0, "describe"))["pid"] == killed[0][0]  # actor 0 never died
     assert_the_fault_path_replayed(lines, faulty[2], 2)
     assert_same_update(faulty, reference)
 
@@ -156,16 +151,16 @@ def test_an_actor_that_cannot_restart_is_replaced(pool):
 
     pool, lines = pool
     reference = play(pool, 2)
-    gone = pool.actors[0]
+    gone = pool.actor(0)
     hook, killed = when_idle(pool, lambda pids: ray.kill(gone, no_restart=True))
     faulty = play(pool, 2, hook)
     assert killed
     assert_the_fault_path_replayed(lines, faulty[2], 2)
     assert_same_update(faulty, reference)
     assert wait_for_recovery(pool), lines
-    assert pool.healthy == {0, 1} and pool.actors[0] is not gone
+    assert pool.healthy_ids() == [0, 1] and pool.actor(0) is not gone
     assert any(line.startswith("recovered actor=0") for line in lines), lines
-    assert ray.get(pool.actors[0].describe.remote())["pid"] != killed[0][0]
+    assert ray.get(pool.submit(0, "describe"))["pid"] != killed[0][0]
     assert_same_update(play(pool, 2), reference)  # and the new actor plays its part
 
 
@@ -326,19 +321,7 @@ def test_a_full_disk_mid_run_ends_in_one_line_and_keeps_the_last_good_checkpoint
     from pgpong.run import Run
 
     run_dir = tmp_path / "run"
-    training = Training(
-        "--batch-size",
-        "2",
-        "--workers",
-        "1",
-        "--updates",
-        "0",
-        "--checkpoint-every",
-        "1",
-        "--run-dir",
-        str(run_dir),
-        stderr_path=tmp_path / "stderr",
-    )
+    training = Training(*UNTIL_STOPPED, "--run-dir", str(run_dir), stderr_path=tmp_path / "stderr")
     try:
         training.wait_for("update=2 ")
         resource.prlimit(training.proc.pid, resource.RLIMIT_FSIZE, (1_000_000, 1_000_000))
@@ -371,14 +354,7 @@ def test_s3_credentials_revoked_mid_run_end_it_in_one_line_keeping_the_last_good
         trainer_key = iam_user(iam, "trainer", "s3:*")
 
         training = Training(
-            "--batch-size",
-            "2",
-            "--workers",
-            "1",
-            "--updates",
-            "0",
-            "--checkpoint-every",
-            "1",
+            *UNTIL_STOPPED,
             "--run-dir",
             "s3://runs/run",
             stderr_path=tmp_path / "stderr",

@@ -10,7 +10,7 @@ import uuid
 import pytest
 from harness import RAY, fields, run
 from harness.cluster import logs, plain_submit, two_node_cluster, wait_for, wait_until_done
-from harness.runs import assert_same_run, read_metrics, train_on
+from harness.runs import assert_same_run, read_metrics, stop_then_reference
 
 ARGS = [
     "--batch-size",
@@ -76,19 +76,10 @@ def test_the_pool_grows_onto_a_joining_node_drops_it_when_it_dies_and_the_bits_s
                 return dropped and len(after(text, "update", dropped[0])) >= 2
 
             wait_for(cluster, submission, dropped_then_two_updates, timeout_s=240, what="the dead node's actor dropped")
-            stopped = run([RAY, "job", "stop", submission], cluster.client_env(), timeout=120)
-            assert stopped.returncode == 0, stopped.stdout + stopped.stderr
-            status = wait_until_done(cluster, submission, timeout_s=120)
-            text = logs(cluster, submission)
+            reference = tmp_path / "reference"  # as many updates on the head alone, the cluster's one node now
+            status, text, last = stop_then_reference(cluster, submission, ARGS, reference)
         finally:
             run([RAY, "job", "stop", submission], cluster.client_env(), timeout=120)
-        done = [f for _, f in lines_of(text, "done")]
-        assert done and done[0]["stopped"] == "SIGTERM", text[-3000:]
-        last = int(done[0]["last_update"])
-        # The reference: as many updates on the head alone, the cluster's one node now.
-        reference = tmp_path / "reference"
-        made = train_on(cluster, *ARGS, "--updates", str(last), "--run-dir", str(reference))
-        assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-3000:]
     assert status == "STOPPED", text[-4000:]
     [(_, start)] = lines_of(text, "start")
     assert (start["workers"], start["worker_nodes"]) == ("1", "1"), start

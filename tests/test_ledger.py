@@ -40,12 +40,12 @@ def restart(pool, i, timeout_s=120):
     """SIGKILL actor i and return once Ray's restart of it answers (a new pid)."""
     import ray
 
-    pid = ray.get(pool.actors[i].describe.remote())["pid"]
+    pid = ray.get(pool.submit(i, "describe"))["pid"]
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            if ray.get(pool.actors[i].describe.remote(), timeout=30)["pid"] != pid:
+            if ray.get(pool.submit(i, "describe"), timeout=30)["pid"] != pid:
                 return
         except ray.exceptions.RayError:
             time.sleep(0.5)
@@ -56,8 +56,7 @@ def restart(pool, i, timeout_s=120):
 def test_an_actor_restarted_while_idle_loses_no_episode(local_ray, monkeypatch):
     params = policy.init_params(np.random.default_rng(SEED))
     lines = []
-    pool = RolloutPool("Pong-v0", 2, out=lines.append)
-    try:
+    with RolloutPool("Pong-v0", 2, out=lines.append) as pool:
         first = pool.run_update(params, SEED, 1, BATCH, lambda: None)
         reference, clean = rollout.to_float(*first.sums), first.ledger
         assert clean == {"ledger": "complete", "replayed": 0, "discarded": 0}
@@ -81,5 +80,3 @@ def test_an_actor_restarted_while_idle_loses_no_episode(local_ray, monkeypatch):
         assert [r.episode for r in results] == list(range(BATCH))
         for k in ("W1", "W2"):  # the same sum as without the fault, bit for bit
             assert grads[k].tobytes() == reference[k].tobytes(), k
-    finally:
-        pool.shutdown()

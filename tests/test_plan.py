@@ -13,7 +13,7 @@ import pytest
 import yaml
 from harness import JOB_DIR, REPO, TOOLS_DIR, clean_env, fields, only, run
 from harness.runs import train_locally
-from pgpong import config, train
+from pgpong.report import progress
 from pgpong.run import Run
 from pongtools.plan import calibration, endtoend, inputs, milestones, model, report
 
@@ -398,8 +398,8 @@ def test_inputs_from_a_run_not_yet_won_extrapolate_and_say_so(tmp_path):
 
 
 def test_no_progress_fields_without_a_set_number_of_updates():
-    cfg = config.Config(updates=0, run_dir="unused")
-    assert train.Trainer(cfg, state=None, run=None).progress(0, 0.0) == {}
+    assert progress(0, 0, 0.0) == {}
+    assert progress(1, 4, 2.0) == {"progress": "1/4", "eta_s": 6.0}
 
 
 @pytest.mark.slow

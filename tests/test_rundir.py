@@ -12,13 +12,23 @@ import time
 import numpy as np
 import pytest
 from harness import fields, only
-from harness.runs import RESUMED, assert_same_run, make_state, read_metrics, start_trainer, train_locally, wait_for_line
+from harness.runs import (
+    RESUMED,
+    TINY,
+    UNTIL_STOPPED,
+    assert_same_run,
+    make_state,
+    read_metrics,
+    start_trainer,
+    train_locally,
+    wait_for_line,
+)
 from pgpong import checkpoint, lock
 from pgpong.run import Run
 
 
 def train(*args, timeout=300):
-    return train_locally("--batch-size", "2", "--workers", "1", *args, timeout=timeout)
+    return train_locally(*TINY, *args, timeout=timeout)
 
 
 def snapshot(run_dir):
@@ -113,18 +123,7 @@ def test_a_resumed_run_keeps_its_batch_size_and_seed_and_refuses_others(tmp_path
 @pytest.mark.slow
 def test_a_second_trainer_is_refused_naming_the_holder_and_a_dead_holders_lock_is_taken_over(tmp_path):
     run_dir = tmp_path / "run"
-    args = [
-        "--batch-size",
-        "2",
-        "--workers",
-        "1",
-        "--updates",
-        "0",
-        "--checkpoint-every",
-        "1",
-        "--run-dir",
-        str(run_dir),
-    ]
+    args = [*UNTIL_STOPPED, "--run-dir", str(run_dir)]
     holder = start_trainer(*args)
     try:
         wait_for_line(holder, "update=1 ")
@@ -206,7 +205,7 @@ def test_a_dead_holders_s3_lock_is_taken_over(s3):
     ), warning
     assert "d/trainer.lock" not in s3_keys(s3, "d/")  # released at the end
 
-    killed = start_trainer("--batch-size", "2", "--workers", "1", "--updates", "0", "--run-dir", "s3://runs/d")
+    killed = start_trainer(*TINY, "--updates", "0", "--run-dir", "s3://runs/d")
     try:
         wait_for_line(killed, "update=")
     finally:

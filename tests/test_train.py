@@ -74,7 +74,7 @@ def test_config_defaults_are_the_job_defaults():
     assert defaults == (300, "auto", "Pong-v0", config.auto_learning_rate(300), "auto", 0)
     assert cfg.rmsprop_start == "corrected"  # measured better than pg-pong's zero start at batch 300
     assert cfg.rmsprop_decay == config.auto_rmsprop_decay(300, "corrected")
-    assert cfg.run_dir.startswith(config.DEFAULT_RUNS)
+    assert cfg.run_dir.startswith(os.path.expanduser(config.DEFAULT_RUNS) + "/")  # made absolute once, here
 
 
 @pytest.mark.slow
@@ -123,20 +123,24 @@ def test_two_updates_on_pong_then_resume_continues_where_it_stopped(tmp_path, un
 
 
 @pytest.mark.slow
-def test_gradients_reach_the_driver_once_per_node(local_ray, tmp_path):
-    """Two actors on one node: the driver adds one gradient per update, not two and not one per episode."""
+def test_gradients_reach_the_driver_once_per_node_and_the_pool_ends_its_actors(local_ray, tmp_path):
+    """Two actors on one node: the driver adds one gradient per update, not two and not one per episode.
+    The pool's block ends its actors."""
+    import ray
+
     cfg = config.Config(batch_size=6, updates=2, workers="2", seed=1, run_dir=str(tmp_path / "run"))
-    run = Run(cfg.run_dir)
-    state, _ = train.initial_state(cfg, run)
-    trainer = train.Trainer(cfg, state, run, out=lambda line: None)
-    trainer.start_pool()
-    try:
-        records = trainer.train()
-        assert len(trainer.pool.actors) == 2 and len(set(trainer.pool.node.values())) == 1
-        assert trainer.pool.sums_received == 2  # one node, two updates
-    finally:
-        trainer.pool.shutdown()
-    assert [r["episodes"] for r in records] == [6, 6] and all(r["driver_bytes"] > 0 for r in records)
+    run, stop = Run(cfg.run_dir), train.StopSignal()
+    with train.locked(run):
+        start = train.resume(cfg, run)
+        with train.start_pool(cfg, stop, out=lambda line: None) as pool:
+            assert len(pool.info) == 2 and len({d["node"] for d in pool.info}) == 1
+            summary = train.Trainer(start, run, pool, stop, out=lambda line: None).train()
+            played = [pool.run_update(start.learner.weights(), cfg.seed, u, 6, stop.check) for u in (3, 4)]
+    assert [r["episodes"] for r in summary.records] == [6, 6] and all(r["driver_bytes"] > 0 for r in summary.records)
+    assert [p.node_sums for p in played] == [1, 1] and [p.episodes_by_node.total() for p in played] == [6, 6]
+    for i in (0, 1):
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(pool.actor(i).describe.remote(), timeout=30)
 
 
 @pytest.mark.slow

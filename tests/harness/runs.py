@@ -1,12 +1,13 @@
 """Trainer runs in a test, and their run dirs: `python -m pgpong.train` on the suite's head or on a
-test's cluster, a checkpoint state made up for a test, and two runs compared bit for bit."""
+test's cluster, a stopped job and its fault-free reference, a checkpoint state made up for a test, and
+two runs compared bit for bit."""
 
 import signal
 import subprocess
 import sys
 
-from harness import JOB_DIR, THREADS, clean_env
-from harness.cluster import ray_head
+from harness import JOB_DIR, RAY, THREADS, clean_env, fields, run
+from harness.cluster import logs, ray_head, wait_until_done
 
 # The fields of a metrics line that the seed alone decides. The others are timings, bytes
 # (they depend on the node layout) and what a fault cost (replayed, discarded).
@@ -40,6 +41,13 @@ RESUMED = (
     "--rmsprop-start",
     "corrected",
 )
+
+
+# The smallest run, two episodes an update on one actor, and the same until stopped with a checkpoint
+# every update: the trainer that the run-dir and fault tests stop, kill or starve of writes mid-run
+# (test_rundir.py, test_faults.py).
+TINY = ("--batch-size", "2", "--workers", "1")
+UNTIL_STOPPED = (*TINY, "--updates", "0", "--checkpoint-every", "1")
 
 
 def trainer_env(**extra):
@@ -76,6 +84,23 @@ def driver_env(cluster):
 def train_on(cluster, *args, timeout=600):
     """`python -m pgpong.train ARGS`, its driver here, joined to one of the test's clusters."""
     return run_trainer(args, driver_env(cluster), timeout)
+
+
+def stop_then_reference(cluster, submission_id, args, reference_dir):
+    """`ray job stop` a job that trains until stopped (plain_submit of args), and wait for its end, which
+    must be a `done stopped=SIGTERM` line. Then the reference: as many updates of args, fault-free, on
+    this cluster while it stands (no Ray of its own to start), into reference_dir.
+    (The job's final status, its log, its last update.)"""
+    stopped = run([RAY, "job", "stop", submission_id], cluster.client_env(), timeout=120)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    status = wait_until_done(cluster, submission_id, timeout_s=120)
+    text = logs(cluster, submission_id)
+    done = [fields(line) for line in text.splitlines() if line.startswith("done ")]
+    assert done and done[0]["stopped"] == "SIGTERM", text[-3000:]
+    last = int(done[0]["last_update"])
+    made = train_on(cluster, *args, "--updates", str(last), "--run-dir", str(reference_dir))
+    assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-3000:]
+    return status, text, last
 
 
 def train_locally(*args, timeout=600, **extra_env):

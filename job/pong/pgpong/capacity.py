@@ -1,18 +1,18 @@
 """Asks Ray's autoscaler for the CPUs a run wants, and gives them back when it ends.
 
     from pgpong import capacity
-    capacity.request(300)    # one CPU per rollout actor wanted: the autoscaler starts the nodes they need
-    ...                      # train; the pool takes the actors of each node as it joins
-    capacity.release()       # nothing asked any more: idle workers leave after idle_timeout_minutes
+    with capacity.asked_for(300):   # one CPU per rollout actor wanted: the autoscaler starts the nodes they need
+        ...                         # train; the pool takes the actors of each node as it joins
+    # released however the block ends: idle workers leave after idle_timeout_minutes
 
 This is Ray's own ray.autoscaler.sdk.request_resources, chosen over pending actors (why:
 docs/aws.md, A cluster that grows and shrinks). A request is not held back by upscaling_speed, so
 every node it needs starts at once, and the autoscaler removes no node the request still needs. A request
-outlives the driver that made it, until the next one replaces it: release() at the end of a run. On
+outlives the driver that made it, until the next one replaces it: released at the end of a run. On
 a cluster without an autoscaler (a local head, `make train`) a request is recorded and changes
 nothing.
 
-A driver killed outright (SIGKILL, an OOM kill) never reaches its release(): its request stays until
+A driver killed outright (SIGKILL, an OOM kill) never reaches its release: its request stays until
 the next trainer's request replaces it, or until it is released by hand, on a node of the cluster:
 
     python -m pgpong.capacity show       # capacity cpus_requested=300
@@ -21,6 +21,7 @@ the next trainer's request replaces it, or until it is released by hand, on a no
 `make capacity` and `make release` run these as a small job on the cluster at RAY_ADDRESS (job/jobs.py).
 """
 
+import contextlib
 import json
 
 from ray.autoscaler.sdk import request_resources
@@ -38,6 +39,16 @@ def request(cpus):
 def release():
     """Withdraw the request: the cluster may shrink back to its min_workers."""
     request_resources(bundles=[])
+
+
+@contextlib.contextmanager
+def asked_for(cpus):
+    """request(cpus) for the block, release() when it ends, however it ends."""
+    request(cpus)
+    try:
+        yield
+    finally:
+        release()
 
 
 def requested():

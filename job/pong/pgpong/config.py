@@ -9,7 +9,7 @@ import math
 import os
 import time
 
-from . import cli
+from . import cli, store
 
 DEFAULT_RUNS = "~/pong-runs"
 KARPATHY_LEARNING_RATE = 1e-4  # pg-pong's own step size: the reference, one flag away
@@ -186,8 +186,9 @@ def given_flags(argv=None):
 
 
 def parse_args(argv=None):
-    """Config from the command line; a bad value exits 2 with one line on stderr."""
-    cfg = Config(**vars(parser().parse_args(argv)))
-    if not cfg.run_dir:
-        cfg = dataclasses.replace(cfg, run_dir=os.path.join(DEFAULT_RUNS, time.strftime("%Y%m%d-%H%M%S")))
-    return cfg
+    """Config from the command line, its derived fields filled: the learning rate and decay
+    (Config.__post_init__) and the run dir, made absolute (or a new one under DEFAULT_RUNS). A bad
+    value exits 2 with one line on stderr."""
+    args = vars(parser().parse_args(argv))
+    args["run_dir"] = store.where(args["run_dir"] or os.path.join(DEFAULT_RUNS, time.strftime("%Y%m%d-%H%M%S")))
+    return Config(**args)

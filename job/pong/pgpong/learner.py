@@ -1,17 +1,19 @@
 """The learner: an update's exact gradient sum in, one RMSProp step on the weights out. No Ray here.
 
-    learner = Learner(state, cfg)   # state: checkpoint.State; cfg: config.Config (rate, decay, start)
-    learner.step(played.sums)       # after each update (pool.UpdateResult.sums)
+    learner = Learner(cfg)              # cfg: config.Config (seed, rate, decay, start): a fresh run's weights
+    learner.set_state(state)            # or a checkpoint's: {"params", "cache", "rmsprop_steps"}
+    learner.step(played.sums)           # after each update (pool.UpdateResult.sums)
+    learner.get_state()                 # what a checkpoint keeps of it
 
 The rollout side (rollout.EnvRunner, on the actors) plays episodes and sums their gradients in
 fixed point; the pool adds the sums up exactly. The learner turns that total into a float32
-gradient, the only rounding after the sum, and takes the step. It is the one writer of the
-optimizer's part of the state: the weights, the RMSProp cache and the count of steps taken.
+gradient, the only rounding after the sum, and takes the step. It owns the optimizer's part of a
+run, as RLlib's Learner does: the weights, the RMSProp cache and the count of steps taken.
 """
 
 import numpy as np
 
-from . import rollout
+from . import policy, rollout
 from .config import DECAY_RATE
 
 EPSILON = 1e-5  # RMSProp denominator guard
@@ -36,17 +38,33 @@ def rmsprop_step(params, grads, cache, learning_rate, decay=DECAY_RATE, steps=0)
 
 
 class Learner:
-    """Takes one RMSProp step per update on state.params and state.cache, counting them in
-    state.rmsprop_steps (the corrected start divides by 1 - decay^t)."""
+    """The weights, the RMSProp cache and the count of steps taken (the corrected start divides by
+    1 - decay^t); one RMSProp step per update."""
 
-    def __init__(self, state, cfg):
-        self.state = state
+    def __init__(self, cfg):
         self.learning_rate, self.decay = cfg.learning_rate, cfg.rmsprop_decay
         self.corrected = cfg.rmsprop_start == "corrected"
+        self.params = policy.init_params(np.random.default_rng(cfg.seed))  # a fresh run's, seeded
+        self.cache = policy.zeros_like_params(self.params)
+        self.steps = 0
+
+    def get_state(self):
+        """{"params", "cache", "rmsprop_steps"}: the learner's own arrays, not copies (write them out
+        before the next step)."""
+        return {"params": self.params, "cache": self.cache, "rmsprop_steps": self.steps}
+
+    def set_state(self, state):
+        """Take over a state of get_state's form (a checkpoint's)."""
+        self.params, self.cache, self.steps = state["params"], state["cache"], state["rmsprop_steps"]
+
+    def weights(self):
+        """The weights the actors play the next update with."""
+        return self.params
 
     def step(self, sums):
         """One step from an update's exact sums (W1 transposed (D, H) and W2 (H,), int64 fixed point)."""
-        s = self.state
-        s.rmsprop_steps += 1
+        self.steps += 1
         grads = rollout.to_float(*sums)
-        rmsprop_step(s.params, grads, s.cache, self.learning_rate, self.decay, s.rmsprop_steps if self.corrected else 0)
+        rmsprop_step(
+            self.params, grads, self.cache, self.learning_rate, self.decay, self.steps if self.corrected else 0
+        )

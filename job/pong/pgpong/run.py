@@ -2,7 +2,7 @@
 
     run = Run("~/pong-runs/a")               # a folder, or s3://bucket/prefix
     run.prepare()                            # the trainer: create it, check that it takes writes, lock it
-    state = run.load_latest(config)          # the newest usable checkpoint, or None; run.loaded names it
+    state = run.load_latest(config)          # the newest usable checkpoint, or None; run.loaded_path() names it
     run.trim_metrics(state.update)           # metrics only up to that checkpoint, a torn line cut
     run.append_metrics(record)               # after every update
     run.save(state)                          # a checkpoint, written whole or not at all
@@ -23,7 +23,7 @@ import re
 
 from . import checkpoint, lock
 from .checkpoint import CheckpointError, WrongNetwork
-from .store import StoreError, join, open_store
+from .store import StoreError, join, open_store, where
 
 KEEP = 3  # checkpoints kept in a run directory
 _CHECKPOINT = re.compile(r"^ckpt-(\d{6,})\.npz$")
@@ -66,8 +66,7 @@ class Run:
     """One run directory: a local folder (made absolute) or s3://bucket/prefix, and its store."""
 
     def __init__(self, path):
-        path = str(path)
-        self.path = path if path.startswith("s3://") else os.path.abspath(os.path.expanduser(path))
+        self.path = where(path)
         self.store = open_store(self.path)
         self.lock = None  # held from prepare() to close(): this process is the run dir's one writer
         self.loaded = None  # the name of the checkpoint load_latest returned
@@ -127,6 +126,10 @@ class Run:
         """The weights (float32), counters and config of a checkpoint or an exported agent
         (State.cache is None for an agent); CheckpointError naming the file if it is unusable."""
         return checkpoint.weights_from_bytes(self._read(name), self.file(name))
+
+    def loaded_path(self):
+        """The path of the checkpoint load_latest returned, or None."""
+        return self.file(self.loaded) if self.loaded else None
 
     def load_latest(self, config, warn=print):
         """The newest usable checkpoint as a State, or None if there is none.

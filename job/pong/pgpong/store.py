@@ -24,6 +24,13 @@ def open_store(run_dir):
     return LocalStore(run_dir)
 
 
+def where(run_dir):
+    """The run dir as the trainer and the tools name it: an s3:// URL as given, a local folder
+    made absolute (~ expanded)."""
+    run_dir = str(run_dir)
+    return run_dir if run_dir.startswith("s3://") else os.path.abspath(os.path.expanduser(run_dir))
+
+
 def join(run_dir, name):
     return run_dir.rstrip("/") + "/" + name
 

@@ -12,10 +12,12 @@ Each update: the driver broadcasts the weights once, hands episode indices one
 at a time to whichever actor is idle, each actor sums the gradients of the
 episodes it ran, the actors of each node fold their sums into one, and the
 driver adds one gradient per node (pool.py) and takes an RMSProp step (learner.py).
-Here: the loop (Trainer), the stop signal (StopSignal), and main, the one place
+Here: the loop (Trainer) and its counters (Progress), the stop signal (StopSignal),
+train(), where everything a run opens is opened and closed, and main, the one place
 where an error becomes its line and exit status.
 """
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -25,11 +27,12 @@ import time
 
 import numpy as np
 
-from . import checkpoint, config, policy, rollout, watch
+from . import checkpoint, config, rollout
 from .cli import fail
 from .learner import Learner
 from .lock import LockLost
-from .logline import kv, peak_rss_mb
+from .logline import kv
+from .report import Report
 from .run import Run
 from .store import StoreError
 
@@ -71,71 +74,77 @@ class StopSignal:
             raise Stopped(self.received[0])
 
 
+@dataclasses.dataclass
+class Progress:
+    """The trainer's counters, summed over every run of the run dir; a checkpoint keeps them
+    (checkpoint.COUNTERS)."""
+
+    update: int = 0  # updates completed
+    episodes: int = 0
+    env_steps: int = 0
+    running_reward: float | None = None
+    seconds: float = 0.0  # training wall-clock seconds
+
+    def add(self, results, seconds):
+        """One more update, of these episodes' results (in episode order), that took `seconds`."""
+        for r in results:  # in episode order, so it does not depend on the actors
+            reward = float(r.reward)
+            self.running_reward = reward if self.running_reward is None else self.running_reward * 0.99 + reward * 0.01
+        self.update += 1
+        self.episodes += len(results)
+        self.env_steps += int(sum(r.steps for r in results))
+        self.seconds += seconds
+
+
+@dataclasses.dataclass(frozen=True)
+class Start:
+    """Where a run starts (resume): its config, a resumed run's own; its learner and counters."""
+
+    cfg: config.Config
+    learner: Learner
+    progress: Progress
+    kept: dict  # the config fields the checkpoint decided ({} for a fresh start)
+    checkpoint: str | None  # the path of the checkpoint resumed from
+
+
 class Trainer:
-    def __init__(self, cfg, state, run, out=print, stop=None):
-        self.cfg = cfg
-        self.state = state
+    """The loop: each update played on the pool, one learner step, its metrics line, a checkpoint
+    every checkpoint_every updates, one report. A stop ends it after the last finished update, saved."""
+
+    def __init__(self, start, run, pool, stop=None, out=print):
+        self.cfg = start.cfg
+        self.learner = start.learner  # the weights, the RMSProp cache and its steps
+        self.progress = start.progress  # the counters
         self.run = run  # the Run: its store, checkpoints and metrics
-        self.learner = Learner(state, cfg)  # the weights' and the RMSProp cache's one writer
-        self.out = out
+        self.pool = pool  # the rollout actors; whoever started them ends them
         self.stop = stop or StopSignal()  # one that no handler feeds never stops
-        self.records = []
-
-    # -- pool ----------------------------------------------------------------
-
-    def start_pool(self):
-        """Start the rollout actors; returns (cluster CPUs then, one description per actor that answered).
-        --workers N: N actors, each of which must answer. --workers auto: one actor per CPU of the
-        cluster now, training from the first that answers; the pool then follows the cluster."""
-        import ray
-
-        from .pool import PoolError, RolloutPool
-
-        cpus = int(ray.cluster_resources().get("CPU", 0))
-        follow = self.cfg.workers == "auto"
-        wanted = cpus if follow else int(self.cfg.workers)
-        if wanted > cpus and not follow:
-            raise UserError(f"--workers {wanted} is more than the cluster's {cpus} CPUs; use --workers auto or fewer")
-        size = max(1, min(wanted, self.cfg.batch_size))  # more actors than episodes would sit idle
-        try:
-            self.pool = RolloutPool(
-                self.cfg.env,
-                size,
-                out=self.out,
-                wait_s=self.cfg.actor_wait_s,
-                check_stop=self.stop.check,
-                follow=follow,
-                limit=capacity_wanted(self.cfg),
-            )
-        except PoolError as e:
-            raise UserError(str(e)) from None
-        return int(ray.cluster_resources().get("CPU", 0)), self.pool.info  # now: nodes may have joined meanwhile
+        self.report = Report(run, self.cfg.updates, self.progress.update, out)
+        self.saved = self.progress.update  # the update of the newest checkpoint, written or resumed from
+        self.checkpoint = start.checkpoint  # its path, for the done line
 
     def step(self):
-        s = self.state
-        update = s.update + 1
+        """One update: played on the pool, one learner step, the counters. (Its record, what the pool played.)"""
+        p = self.progress
         t0 = time.perf_counter()
-        played = self.pool.run_update(s.params, self.cfg.seed, update, self.cfg.batch_size, self.stop.check)
+        played = self.pool.run_update(
+            self.learner.weights(), self.cfg.seed, p.update + 1, self.cfg.batch_size, self.stop.check
+        )
         results = played.results
         t1 = time.perf_counter()
         self.learner.step(played.sums)
         t2 = time.perf_counter()
         rewards = np.array([r.reward for r in results])
-        steps = int(sum(r.steps for r in results))
-        for r in rewards:  # in episode order, so it does not depend on the actors
-            s.running_reward = float(r) if s.running_reward is None else s.running_reward * 0.99 + float(r) * 0.01
-        s.update, s.episodes, s.env_steps = update, s.episodes + len(results), s.env_steps + steps
         seconds = t2 - t0
-        s.seconds += seconds
-        self.last_results = results
-        return {
-            "update": update,
+        p.add(results, seconds)
+        steps = int(sum(r.steps for r in results))
+        rec = {
+            "update": p.update,
             "episodes": len(results),
             "env_steps": steps,
             "reward_mean": float(rewards.mean()),
             "reward_min": float(rewards.min()),
             "reward_max": float(rewards.max()),
-            "running_reward": s.running_reward,
+            "running_reward": p.running_reward,
             "episode_len_mean": steps / len(results),
             "seconds": seconds,
             "env_steps_per_s": steps / seconds,
@@ -146,132 +155,109 @@ class Trainer:
             **played.ledger,  # ledger=complete: the sum held episodes 0..batch-1, each once
             **played.actors,  # actors=N nodes=M: who played this update's episodes
         }
-
-    # -- watching it live: Ray's metrics and the log's trend line --------------
-
-    def start_watch(self):
-        self.live = watch.LiveMetrics(self.run)
-        try:
-            history = self.run.metrics()  # a resumed run's history too
-        except (OSError, StoreError):
-            history = []
-        self.trend = [r["running_reward"] for r in history if r.get("running_reward") is not None]
-        self.trend_at = None
-
-    def report(self, rec):
-        """After every update: Ray's metrics, and a trend line every TREND_EVERY updates."""
-        self.live.record(rec)
-        self.trend.append(rec["running_reward"])
-        if rec["update"] % watch.TREND_EVERY == 0:
-            self.print_trend()
-
-    def print_trend(self):
-        """At most one trend line per update; the run's end prints one too, so a short run shows it."""
-        if self.trend and self.trend_at != self.state.update:
-            self.out(watch.trend_line(self.state.update, self.trend))
-            self.trend_at = self.state.update
+        return rec, played
 
     def save(self):
+        """A checkpoint of now, assembled here: the learner's state, the counters and the config. Its seconds."""
         t = time.perf_counter()
-        path = self.run.save(self.state)
-        self.saved, self.checkpoint = self.state.update, path
-        return path, time.perf_counter() - t
+        state = checkpoint.State(
+            **self.learner.get_state(), **dataclasses.asdict(self.progress), config=dataclasses.asdict(self.cfg)
+        )
+        self.checkpoint = self.run.save(state)
+        self.saved = self.progress.update
+        return time.perf_counter() - t
 
-    def progress(self, first, started):
-        """With --updates N: progress=done/N and eta_s, the updates left times the mean wall-clock update so far."""
-        if not self.cfg.updates:
-            return {}
-        done = self.state.update - first
-        elapsed = time.perf_counter() - started
-        return {"progress": f"{done}/{self.cfg.updates}", "eta_s": elapsed / done * (self.cfg.updates - done)}
-
-    # -- the loop --------------------------------------------------------------
-
-    def train(self):
-        cfg, s = self.cfg, self.state
-        first = s.update
-        self.saved = s.update
-        loaded = self.run.loaded  # the checkpoint resumed from: the done line's until this run writes one
-        self.checkpoint = self.run.file(loaded) if loaded else None
-        started = time.perf_counter()
-        reason = "finished"
-        self.start_watch()
+    def loop(self):
+        """The updates, until cfg.updates are done (0: until stopped). The signal that stopped them, or None."""
+        cfg, p = self.cfg, self.progress
+        first = p.update
         try:
-            while cfg.updates == 0 or s.update - first < cfg.updates:
+            while cfg.updates == 0 or p.update - first < cfg.updates:
                 self.stop.check()
-                rec = self.step()
+                rec, played = self.step()
                 # metrics first, checkpoint second: a crash between the two leaves a metrics
                 # line past the checkpoint, which a resume trims and runs again; never a gap
                 self.run.append_metrics(
                     rec
                     | {
                         "time": time.time(),
-                        "total_seconds": s.seconds,
-                        "total_episodes": s.episodes,
-                        "episode_rewards": [r.reward for r in self.last_results],
-                        "episode_steps": [r.steps for r in self.last_results],
+                        "total_seconds": p.seconds,
+                        "total_episodes": p.episodes,
+                        "episode_rewards": [r.reward for r in played.results],
+                        "episode_steps": [r.steps for r in played.results],
                     },
                 )
-                rec["checkpoint_s"] = 0.0
-                if s.update % cfg.checkpoint_every == 0:
-                    _, rec["checkpoint_s"] = self.save()
-                self.records.append(rec)
-                self.out(kv(**rec, **self.progress(first, started)))
-                self.report(rec)
+                rec["checkpoint_s"] = self.save() if p.update % cfg.checkpoint_every == 0 else 0.0
+                self.report.update(rec, played)
         except Stopped as e:
-            reason = str(e)
-            self.out(kv("stopping", signal=reason, dropped_update=s.update + 1, resume_from_update=s.update))
-        if s.update > 0 and self.saved != s.update:
-            self.save()
-        self.print_trend()
-        seconds = time.perf_counter() - started
-        steps = sum(r["env_steps"] for r in self.records)
-        by_node = +self.pool.episodes_by_node  # without the nodes whose episodes were all dropped or replayed
-        line = kv(
-            "done",
-            *([] if reason == "finished" else [f"stopped={reason}"]),
-            updates=s.update - first,
-            episodes=sum(r["episodes"] for r in self.records),
-            env_steps=steps,
-            seconds=seconds,
-            env_steps_per_s=steps / seconds if seconds else 0.0,
-            last_update=s.update,
-            total_episodes=s.episodes,
-            nodes=len(by_node),
-            episodes_by_node=",".join(f"{n[:8]}:{c}" for n, c in sorted(by_node.items())),
-            checkpoint=self.checkpoint or "none",
-            driver_peak_rss_mb=peak_rss_mb(),
-            actor_peak_rss_mb=self.pool.peak_rss_mb(),
-        )
-        self.out(line)
-        return self.records
+            self.report.stopping(str(e), p.update)
+            return str(e)
+        return None
+
+    def train(self):
+        """Train, and save the last finished update: the run's report.Summary. TrainingError (one
+        line, saying what was kept) if the run dir stops taking writes or our code raised in the actors."""
+        from .pool import BugError
+
+        try:
+            stopped = self.loop()
+            if self.progress.update > 0 and self.saved != self.progress.update:
+                self.save()
+        except StoreError as e:  # the disk filled up, S3 refused a PUT, credentials expired: stop, keep what is saved
+            then = "" if isinstance(e, LockLost) else "; fix the run dir, then run again to resume"
+            raise TrainingError(f"{e}; training stopped and {self.last_good()}{then}") from None
+        except BugError as e:  # our code raised it twice: a replay repeats a bug, so stop and save nothing new
+            # The episodes still in flight raise it too; Ray would print each at exit, traceback and all.
+            os.environ["RAY_IGNORE_UNHANDLED_ERRORS"] = "1"
+            raise TrainingError(
+                f"{e}; a bug, not a fault: training stopped and {self.last_good()} "
+                "(docs/reliability.md, A bug in an actor)"
+            ) from None
+        return self.report.end(stopped, self.progress, self.checkpoint, self.pool.peak_rss_mb)
+
+    def last_good(self):
+        """What a run stopped by an error keeps, as words for its error line."""
+        return f"the last good checkpoint is of update {self.saved}" if self.saved else "no checkpoint was saved"
 
 
-def initial_state(cfg, run, given=frozenset()):
-    """Lock the run dir, then resume from its latest checkpoint or start fresh: (state, kept), kept the
-    config fields the checkpoint decided ({} for a fresh start). given: the config fields named on the
-    command line (config.given_flags). A refusal (UserError) writes nothing."""
-    warn = lambda m: print(f"WARNING: {m}", flush=True)  # noqa: E731
+def warn(message):
+    print(f"WARNING: {message}", flush=True)
+
+
+@contextlib.contextmanager
+def locked(run):
+    """The run dir created, checked to take writes and locked for this process, its one writer, until
+    the block ends, however it ends. A dead trainer's lock is taken over (said as a WARNING).
+    UserError if it cannot be locked."""
     try:
-        run.prepare(warn=warn)
-    except StoreError as e:
-        raise UserError(str(e)) from None
-    as_dict = dataclasses.asdict(cfg)
+        try:
+            run.prepare(warn=warn)
+        except StoreError as e:
+            raise UserError(str(e)) from None
+        yield run
+    finally:
+        run.close()
+
+
+def resume(cfg, run, given=frozenset()):
+    """From the run dir's latest checkpoint, or a fresh start: the Start. given: the config fields named
+    on the command line (config.given_flags). A refusal (UserError) writes nothing."""
     try:
-        state = run.load_latest(as_dict, warn=warn)
+        state = run.load_latest(dataclasses.asdict(cfg), warn=warn)
     except checkpoint.CheckpointError as e:
         raise UserError(str(e)) from None
     if state is None:
         run.trim_metrics(0, warn=warn)  # a run that died before its first checkpoint runs again from update 1
-        params = policy.init_params(np.random.default_rng(cfg.seed))
-        return checkpoint.State(params=params, cache=policy.zeros_like_params(params), config=as_dict), {}
+        return Start(cfg, Learner(cfg), Progress(), kept={}, checkpoint=None)
     cfg, kept = keep_run(cfg, state.config, given)
     cfg = keep_learning_rate(cfg, state.config)
     if "learning_rate" not in given:
         kept["learning_rate"] = cfg.learning_rate
     run.trim_metrics(state.update, warn=warn)
-    state.config = dataclasses.asdict(cfg)
-    return state, kept
+    learner = Learner(cfg)
+    learner.set_state({"params": state.params, "cache": state.cache, "rmsprop_steps": state.rmsprop_steps})
+    progress = Progress(**{k: getattr(state, k) for k in checkpoint.COUNTERS})
+    return Start(cfg, learner, progress, kept, run.loaded_path())
 
 
 def keep_run(cfg, made_with, given):
@@ -311,34 +297,58 @@ def keep_learning_rate(cfg, made_with):
 
 def main(argv=None):
     """The one place an error becomes its line and exit status: a user's mistake exit 2, an error
-    that stopped training exit 1."""
+    that stopped training exit 1. A run that trained ends with its done line."""
     cfg = config.parse_args(argv)
     stop = StopSignal()
     stop.install()  # from here on a stop is a stopping line and a released lock
     try:
-        open_and_train(cfg, config.given_flags(argv), stop)
+        summary = train(cfg, config.given_flags(argv), stop)
     except UserError as e:
         fail(str(e))
     except TrainingError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
+    if summary:
+        print(summary.line())
 
 
-def open_and_train(cfg, given, stop):
-    """Open the run dir, check the env id, train; the run dir's lock goes however it ends."""
+def train(cfg, given, stop):
+    """Open and lock the run dir, resume or start, connect to Ray, ask for the CPUs, start the pool,
+    train. Each is closed here, in reverse order, however the run ends: the pool's actors ended, the
+    CPUs given back, the lock released. The run's report.Summary, or None if stopped before training."""
     try:
         run = Run(cfg.run_dir)  # opened once: the trainer's store, checkpoints and metrics
     except StoreError as e:
         raise UserError(str(e)) from None
-    cfg = dataclasses.replace(cfg, run_dir=run.path)
     try:
         rollout.check_env_id(cfg.env)
     except rollout.EnvError as e:
         raise UserError(str(e)) from None
-    try:
-        start_and_train(cfg, run, given, stop)
-    finally:
-        run.close()  # a clean end, SIGINT, SIGTERM or an error: the run dir's lock goes
+    with locked(run):
+        start = resume(cfg, run, given)
+        cfg = start.cfg  # a resumed run keeps its own batch size, seed, optimizer, learning rate
+        if not stop.first():
+            connect_ray(stop)
+        if stop.first():  # stopped before the pool: nothing was played, nothing to save
+            print(
+                kv("stopping", signal=stop.first(), during="connecting", resume_from_update=start.progress.update),
+                flush=True,
+            )
+            return None
+        from . import capacity
+
+        with capacity.asked_for(capacity_wanted(cfg)):  # an autoscaling cluster starts the nodes for it
+            try:
+                pool = start_pool(cfg, stop)
+            except Stopped as e:  # ray job stop while the actors wait for CPUs: nothing was played, nothing to save
+                print(
+                    kv("stopping", signal=str(e), during="starting", resume_from_update=start.progress.update),
+                    flush=True,
+                )
+                return None
+            with pool:
+                print_start(cfg, pool.info, start)
+                return Trainer(start, run, pool, stop).train()
 
 
 def capacity_wanted(cfg):
@@ -346,25 +356,6 @@ def capacity_wanted(cfg):
     than episodes would sit idle), or fewer with --workers N. The autoscaler adds no node past the
     cluster's max_workers, whatever the request."""
     return cfg.batch_size if cfg.workers == "auto" else min(int(cfg.workers), cfg.batch_size)
-
-
-def start_and_train(cfg, run, given, stop):
-    """Lock the run dir, resume or start, and train; the caller releases the lock."""
-    state, kept_fields = initial_state(cfg, run, given)
-    cfg = config.Config(**state.config)  # a resumed run keeps its own batch size, seed, optimizer, learning rate
-
-    from . import capacity
-
-    if not stop.first():
-        connect_ray(stop)
-    if stop.first():  # stopped before the pool: nothing was played, nothing to save
-        print(kv("stopping", signal=stop.first(), during="connecting", resume_from_update=state.update), flush=True)
-        return
-    capacity.request(capacity_wanted(cfg))  # an autoscaling cluster starts the nodes for it
-    try:
-        train_on_ray(cfg, state, run, kept_fields, stop)
-    finally:
-        capacity.release()  # its idle workers may leave; a cluster without an autoscaler ignores both
 
 
 def connect_ray(stop):
@@ -380,16 +371,39 @@ def connect_ray(stop):
     stop.install(signal.SIGTERM)
 
 
-def train_on_ray(cfg, state, run, kept_fields, stop):
-    """Start the pool, print the start line, train."""
+def start_pool(cfg, stop, out=print):
+    """The rollout actors' pool, started: --workers N: N actors, each of which must answer. --workers
+    auto: one actor per CPU of the cluster now, training from the first that answers; the pool then
+    follows the cluster. UserError if it cannot start; Stopped if a stop came meanwhile."""
     import ray
 
-    trainer = Trainer(cfg, state, run, stop=stop)
+    from .pool import PoolError, RolloutPool
+
+    cpus = int(ray.cluster_resources().get("CPU", 0))
+    follow = cfg.workers == "auto"
+    wanted = cpus if follow else int(cfg.workers)
+    if wanted > cpus and not follow:
+        raise UserError(f"--workers {wanted} is more than the cluster's {cpus} CPUs; use --workers auto or fewer")
+    size = max(1, min(wanted, cfg.batch_size))  # more actors than episodes would sit idle
     try:
-        cpus, info = trainer.start_pool()
-    except Stopped as e:  # ray job stop while the actors wait for CPUs: nothing was played, nothing to save
-        print(kv("stopping", signal=str(e), during="starting", resume_from_update=state.update), flush=True)
-        return
+        return RolloutPool(
+            cfg.env,
+            size,
+            out=out,
+            wait_s=cfg.actor_wait_s,
+            check_stop=stop.check,
+            follow=follow,
+            limit=capacity_wanted(cfg),
+        )
+    except PoolError as e:
+        raise UserError(str(e)) from None
+
+
+def print_start(cfg, info, start):
+    """The start line: the config, the cluster and the actors that answered (info: their describe()),
+    the update resumed at and what the checkpoint kept; a WARNING if BLAS runs threads in the actors."""
+    import ray
+
     nodes = {d["node"] for d in info}
     blas_threads = max(d["blas_threads"] for d in info)
     print(
@@ -397,14 +411,14 @@ def train_on_ray(cfg, state, run, kept_fields, stop):
             "start",
             config=json.dumps(dataclasses.asdict(cfg), separators=(",", ":")),
             cluster_nodes=sum(1 for n in ray.nodes() if n["Alive"]),
-            cluster_cpus=cpus,
+            cluster_cpus=int(ray.cluster_resources().get("CPU", 0)),  # now: nodes may have joined meanwhile
             workers=len(info),
             worker_nodes=len(nodes),
             blas_threads=blas_threads,
             blas=info[0]["blas"],
             thread_presets=",".join(sorted({f"{k}={v or 'unset'}" for d in info for k, v in d["env"].items()})),
-            resumed_at_update=state.update,
-            **({"kept": ",".join(f"{k}={v}" for k, v in kept_fields.items())} if kept_fields else {}),
+            resumed_at_update=start.progress.update,
+            **({"kept": ",".join(f"{k}={v}" for k, v in start.kept.items())} if start.kept else {}),
             ray=ray.__version__,
             numpy=np.__version__,
         ),
@@ -417,25 +431,6 @@ def train_on_ray(cfg, state, run, kept_fields, stop):
             "in the job's runtime env or the node's environment, or actors will oversubscribe the cores.",
             flush=True,
         )
-    from .pool import BugError
-
-    try:
-        trainer.train()
-    except StoreError as e:  # the disk filled up, S3 refused a PUT, credentials expired: stop, keep what is saved
-        then = "" if isinstance(e, LockLost) else "; fix the run dir, then run again to resume"
-        raise TrainingError(f"{e}; training stopped and {last_good(trainer)}{then}") from None
-    except BugError as e:  # our code raised it twice: a replay repeats a bug, so stop and save nothing new
-        # The episodes still in flight raise it too; Ray would print each at exit, traceback and all.
-        os.environ["RAY_IGNORE_UNHANDLED_ERRORS"] = "1"
-        raise TrainingError(
-            f"{e}; a bug, not a fault: training stopped and {last_good(trainer)} "
-            "(docs/reliability.md, A bug in an actor)"
-        ) from None
-
-
-def last_good(trainer):
-    """What a run stopped by an error keeps, as words for its error line."""
-    return f"the last good checkpoint is of update {trainer.saved}" if trainer.saved else "no checkpoint was saved"
 
 
 if __name__ == "__main__":

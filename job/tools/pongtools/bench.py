@@ -115,17 +115,18 @@ def bench_trainer(env_id, workers, batch_size, run_dir):
         batch_size=batch_size, updates=1, workers=str(workers), env=env_id, run_dir=run_dir, checkpoint_every=1
     )
     run = Run(run_dir)
-    state, _ = train.initial_state(cfg, run)
-    trainer = train.Trainer(cfg, state, run, out=lambda line: None)
-    trainer.start_pool()
-    cpu = time.process_time()
-    rec = trainer.train()[0]
-    driver_cpu_s = time.process_time() - cpu
-    trainer.pool.shutdown()  # give their CPUs back
-    run.close()  # the run dir's lock
+    stop = train.StopSignal()  # no handler feeds it: it never stops
+    with train.locked(run):  # the run dir's lock, released at the block's end
+        start = train.resume(cfg, run)
+        with train.start_pool(cfg, stop, out=lambda line: None) as pool:  # its actors end with the block
+            trainer = train.Trainer(start, run, pool, stop, out=lambda line: None)
+            cpu = time.process_time()
+            summary = trainer.train()
+            driver_cpu_s = time.process_time() - cpu
+    rec = summary.records[0]
     assert run.checkpoints(), "the benchmark's update wrote no checkpoint"
     total = rec["seconds"] + rec["checkpoint_s"]
-    busy_s = sum(r.seconds for r in trainer.last_results)
+    busy_s = summary.play_s
     return {
         "phase": "trainer",
         "workers": workers,
