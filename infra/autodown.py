@@ -65,7 +65,7 @@ def say(what, **fields):
     words = []
     for key, value in fields.items():
         text = " ".join(str(value).split())  # one line, whatever the value held
-        words.append(f"{key}={shlex.quote(text) if ' ' in text else text}")
+        words.append(f"{key}={shlex.quote(text)}")  # quoted only where the shell would need it
     print(" ".join(["autodown", what, *words]), flush=True)
 
 
