@@ -33,12 +33,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from shlex import quote
 
 import pytest
 import yaml
 from harness import REPO, clean_env, read_env_file, run
 from harness.launched import dashboard_get
+from ray.autoscaler._private.command_runner import _with_interactive
 from ray.autoscaler._private.docker import docker_start_cmds, with_docker_exec
 from ray.autoscaler.sdk import get_docker_host_mount_location
 
@@ -63,9 +63,8 @@ def host(*args, timeout=300):
 
 def in_container(command, timeout=300):
     """A command run in the container as Ray's docker runner runs one: the image's user, a login shell."""
-    login = "source ~/.bashrc; export OMP_NUM_THREADS=1 PYTHONWARNINGS=ignore && (" + command + ")"
     (exec_line,) = with_docker_exec(
-        [f"bash --login -c -i {quote(login)}"], container_name=CONTAINER, docker_cmd="docker"
+        [" ".join(_with_interactive(command))], container_name=CONTAINER, docker_cmd="docker"
     )
     return host("bash", "-c", exec_line, timeout=timeout)
 

@@ -27,6 +27,7 @@ build finds it inside each host's copy of the launcher's file mounts: the hosts 
 and no mirror, so they build from the cache that `make image` filled here.
 """
 
+import grp
 import os
 import pwd
 import shutil
@@ -254,18 +255,20 @@ class Lan:
             os.chown(upper / name, 0, group)
             (upper / name).chmod(mode)
 
-        taken = {
-            fields[0]
-            for fields in map(lambda e: e.split(":"), Path("/etc/passwd").read_text().splitlines())
-            if fields[2] == str(uid)
-        }
+        taken = {entry.pw_name for entry in pwd.getpwall() if entry.pw_uid == uid}
         rewrite(
             "passwd",
             lambda f: f[2] != str(uid) and f[0] != user,
             f"{user}:x:{uid}:{uid}::/home/{user}:/bin/bash",
             0o644,
         )
-        rewrite("shadow", lambda f: f[0] not in taken | {user}, f"{user}:*:20000:0:99999:7:::", 0o640, grp_id("shadow"))
+        rewrite(
+            "shadow",
+            lambda f: f[0] not in taken | {user},
+            f"{user}:*:20000:0:99999:7:::",
+            0o640,
+            grp.getgrnam("shadow").gr_gid,
+        )
         groups = []
         for entry in Path("/etc/group").read_text().splitlines():
             name, password, gid, members = entry.split(":")
@@ -332,12 +335,6 @@ class Lan:
         existing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30).stdout
         left += [name for name in [h.netns for h in self.hosts] + [self.netns] if name in existing]
         return left
-
-
-def grp_id(name):
-    import grp
-
-    return grp.getgrnam(name).gr_gid
 
 
 def read_comm(pid):
