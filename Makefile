@@ -12,12 +12,15 @@ MAKEFLAGS += --no-print-directory
 CLUSTER ?= cluster/aws.yaml
 # `make up` and `make preflight`: SPOT=1 puts the workers on spot capacity (the head stays on demand);
 # MIN_WORKERS=N starts N workers (0 up to the YAML's most) and lets the autoscaler add the rest.
-# AUTODOWN=N: the head tears the cluster down N minutes after its last job (0: never; empty: as the
-# YAML says: 20 for cluster/aws.yaml, none for cluster/local.yaml).
+# AUTODOWN=N: the head tears the cluster down N minutes after its last job, N >= 5 (0: never, its watcher
+# only stops jobs at their MAX_HOURS; empty: as the YAML says: 20 for cluster/aws.yaml, 0 for cluster/local.yaml).
+# MAX_NODE_HOURS=h: every node ends itself h hours after `ray up` set it up, h >= 0.5 (empty: the YAML's, 4
+# for cluster/aws.yaml), the backstop that needs no AWS right (docs/aws.md).
 # Any of them launches a copy of CLUSTER that cluster/variant.py writes into VARIANT_DIR.
 SPOT ?= 0
 MIN_WORKERS ?=
 AUTODOWN ?=
+MAX_NODE_HOURS ?=
 # `make up IMAGE=<registry>/<name:tag>`: every node pulls that image (as `make image-push` printed it)
 # instead of building it; also a copy of CLUSTER written by cluster/variant.py.
 IMAGE ?=
@@ -98,8 +101,8 @@ LOCK := $(UV) pip compile --quiet --universal --python-version 3.11 --generate-h
 # The job's package is the folder inside job/$(JOB) that has a train module.
 PACKAGE = $(notdir $(patsubst %/train.py,%,$(wildcard job/$(JOB)/*/train.py)))
 JOBS = $(notdir $(patsubst %/,%,$(dir $(patsubst %/,%,$(dir $(wildcard job/*/*/train.py))))))
-# The launcher config of `make up` and `make preflight`: CLUSTER, or its variant for SPOT, MIN_WORKERS, AUTODOWN or IMAGE.
-LAUNCH = $(if $(filter-out 0,$(SPOT))$(MIN_WORKERS)$(AUTODOWN)$(IMAGE),$(VARIANT_DIR)/$(basename $(notdir $(CLUSTER)))-spot$(SPOT)$(if $(MIN_WORKERS),-min$(MIN_WORKERS))$(if $(AUTODOWN),-autodown$(AUTODOWN))$(if $(IMAGE),-pull).yaml,$(CLUSTER))
+# The launcher config of `make up` and `make preflight`: CLUSTER, or its variant for SPOT, MIN_WORKERS, AUTODOWN, MAX_NODE_HOURS or IMAGE.
+LAUNCH = $(if $(filter-out 0,$(SPOT))$(MIN_WORKERS)$(AUTODOWN)$(MAX_NODE_HOURS)$(IMAGE),$(VARIANT_DIR)/$(basename $(notdir $(CLUSTER)))-spot$(SPOT)$(if $(MIN_WORKERS),-min$(MIN_WORKERS))$(if $(AUTODOWN),-autodown$(AUTODOWN))$(if $(MAX_NODE_HOURS),-hours$(MAX_NODE_HOURS))$(if $(IMAGE),-pull).yaml,$(CLUSTER))
 # How every tool target runs its tool, $(PONGTOOLS).<tool>: a module of the tools package job/tools/pongtools
 # (never shipped), which imports the job's package pgpong (job/pong).
 PONGTOOLS = PYTHONPATH=job/pong:job/tools python -m pongtools
@@ -123,9 +126,10 @@ define need-cluster-file
 if [[ ! -f "$(CLUSTER)" ]]; then \
   echo "make: cluster config $(CLUSTER) does not exist; pass CLUSTER=<file.yaml>" >&2; exit 1; fi
 endef
+# Checks CLUSTER and the choices (a mistake: one line, exit 2, nothing written), writes the launched copy if
+# any choice asks for one, and prints variant's line: what is launched, its autodown and backstop.
 define write-variant
-if [[ "$(LAUNCH)" != "$(CLUSTER)" ]]; then \
-  PYTHONPATH=job/pong $(BIN)/python cluster/variant.py $(CLUSTER) --spot "$(SPOT)" $(if $(MIN_WORKERS),--min-workers "$(MIN_WORKERS)") $(if $(AUTODOWN),--autodown "$(AUTODOWN)") $(if $(IMAGE),--image "$(IMAGE)") --out $(LAUNCH); fi
+PYTHONPATH=job/pong $(BIN)/python cluster/variant.py "$(CLUSTER)" --spot "$(SPOT)" $(if $(MIN_WORKERS),--min-workers "$(MIN_WORKERS)") $(if $(AUTODOWN),--autodown "$(AUTODOWN)") $(if $(MAX_NODE_HOURS),--max-node-hours "$(MAX_NODE_HOURS)") $(if $(IMAGE),--image "$(IMAGE)") $(if $(filter-out $(CLUSTER),$(LAUNCH)),--out "$(LAUNCH)")
 endef
 define need-job
 if [[ -z "$(PACKAGE)" ]]; then \
@@ -219,7 +223,7 @@ local-down: $(INSTALLED) ## Stop the head that local-up started, and only it (ot
 ##@ Launched cluster (the launcher config CLUSTER: cluster/aws.yaml, or cluster/local.yaml)
 
 .PHONY: up
-up: $(INSTALLED) token ## Launch or update the cluster: make token, then ray up -y CLUSTER (SPOT=1: spot workers; MIN_WORKERS=N; AUTODOWN=N minutes)
+up: $(INSTALLED) token ## Launch or update the cluster: make token, then ray up -y CLUSTER (SPOT=1: spot workers; MIN_WORKERS=N; AUTODOWN=N minutes; MAX_NODE_HOURS=h)
 	@$(need-cluster-file)
 	@$(write-variant)
 	ray up -y $(LAUNCH)

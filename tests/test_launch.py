@@ -22,7 +22,8 @@ def test_a_missing_cluster_config_is_one_line(tmp_path):
 
 def test_a_ray_up_that_fails_still_ends_in_ray_down_and_exit_1(tmp_path):
     broken = tmp_path / "broken.yaml"
-    broken.write_text("cluster_name: pong-broken\nprovider: {type: no-such-provider}\n")
+    # A docker section, as cluster/variant.py wants of a cluster file before `ray up`; a provider Ray has not.
+    broken.write_text("cluster_name: pong-broken\ndocker: {image: pong-on-ray:x}\nprovider: {type: no-such-provider}\n")
     made = run(["make", "run", f"CLUSTER={broken}", f"OUT={tmp_path / 'out'}"], clean_env(), timeout=300)
     steps = [fields(line)["step"] for line in only(made.stdout, "make_run step=")]
     last = fields(only(made.stdout, "make_run status=")[-1])
