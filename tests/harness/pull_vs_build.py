@@ -44,7 +44,9 @@ def pip_layer(registry, name, manifest):
     and docker history the second."""
     made = [h for h in registry.config(name, manifest)["history"] if not h.get("empty_layer")]
     [compressed] = [
-        layer["size"] for h, layer in zip(made, manifest["layers"], strict=True) if "pip install" in h["created_by"]
+        layer["size"]
+        for h, layer in zip(made, manifest["layers"], strict=True)
+        if "pip install" in h.get("created_by", "")
     ]
     listed = run(
         ["docker", "history", "--no-trunc", "--human=false", "--format", "{{.Size}}\t{{.CreatedBy}}", IMAGE],
