@@ -154,8 +154,9 @@ def test_make_up_and_make_run_of_aws_yaml_pull_a_recorded_ecr_image_unless_image
         variants = tmp_path / f"variants{n}"
         made = run(["make", *args, f"VARIANT_DIR={variants}", f"OUT={tmp_path / f'out{n}'}"], env, timeout=300)
         assert made.returncode != 0 and "Unable to locate credentials" in made.stdout + made.stderr, args
-        first = [line for line in made.stdout.splitlines() if not line.startswith("token: ")][0]
-        assert first == said, (args, made.stdout)  # the first line, but the token's (a prerequisite)
+        lines = made.stdout.splitlines()
+        [token] = [n for n, line in enumerate(lines) if line.startswith("token: ")]  # the last prerequisite's
+        assert lines[token + 1] == said, (args, made.stdout)  # the recipe's first line
         copies = list(variants.glob("*.yaml")) if variants.exists() else []
         if pulled is None:
             assert copies == [], args  # cluster/aws.yaml itself, as written: every node builds
