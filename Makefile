@@ -24,6 +24,12 @@ MAX_NODE_HOURS ?=
 # `make up IMAGE=<registry>/<name:tag>`: every node pulls that image (as `make image-push` printed it)
 # instead of building it; also a copy of CLUSTER written by cluster/variant.py.
 IMAGE ?=
+# `make image-push` records the image it pushed in PUSHED_IMAGE_FILE: `make up`, `make run` and `make preflight`
+# of cluster/aws.yaml pull it when it is in ECR, unless IMAGE is given (`IMAGE=` builds). The first line says which.
+PUSHED_IMAGE_FILE ?= .cache/pushed-image
+ifeq ($(origin IMAGE):$(CLUSTER),file:cluster/aws.yaml)
+IMAGE := $(shell sed -n 's/^IMAGE=\([0-9]*\.dkr\.ecr\.[^/]*\/.*\)/\1/p' $(PUSHED_IMAGE_FILE) 2>/dev/null)
+endif
 # `make image-push`: the registry (host:port[/path]) to push the built image to.
 REGISTRY ?=
 # `make iam BUCKET=<name>`: the S3 bucket of the runs (--run-dir s3://<name>/...), which the head's role may use.
@@ -131,6 +137,9 @@ endef
 define write-variant
 PYTHONPATH=job/pong $(BIN)/python cluster/variant.py "$(CLUSTER)" --spot "$(SPOT)" $(if $(MIN_WORKERS),--min-workers "$(MIN_WORKERS)") $(if $(AUTODOWN),--autodown "$(AUTODOWN)") $(if $(MAX_NODE_HOURS),--max-node-hours "$(MAX_NODE_HOURS)") $(if $(IMAGE),--image "$(IMAGE)") $(if $(filter-out $(CLUSTER),$(LAUNCH)),--out "$(LAUNCH)")
 endef
+define say-image
+echo "image path=$(if $(IMAGE),pull image=$(IMAGE) from=$(if $(filter file,$(origin IMAGE)),$(PUSHED_IMAGE_FILE),IMAGE),build image=$(shell sed -n 's/^IMAGE=//p' infra/image.env) on=every_node)"
+endef
 define need-job
 if [[ -z "$(PACKAGE)" ]]; then \
   echo "make: unknown job '$(JOB)'; the jobs under job/ are: $(JOBS)" >&2; exit 1; fi
@@ -225,6 +234,7 @@ local-down: $(INSTALLED) ## Stop the head that local-up started, and only it (ot
 .PHONY: up
 up: $(INSTALLED) token ## Launch or update the cluster: make token, then ray up -y CLUSTER (SPOT=1: spot workers; MIN_WORKERS=N; AUTODOWN=N minutes; MAX_NODE_HOURS=h)
 	@$(need-cluster-file)
+	@$(say-image)
 	@$(write-variant)
 	ray up -y $(LAUNCH)
 
@@ -232,6 +242,7 @@ up: $(INSTALLED) token ## Launch or update the cluster: make token, then ray up 
 run: $(TOOLS) token ## Up, submit JOB with ARGS, follow, fetch the run, ship its agent into OUT, down (KEEP=1: stay up)
 	@$(need-cluster-file)
 	@$(need-job)
+	@$(say-image)
 	@$(write-variant)
 	@python job/launch.py --cluster $(LAUNCH) --down-cluster $(CLUSTER) --job $(JOB) $(if $(OUT),--out "$(OUT)") $(if $(filter-out 0,$(KEEP)),--keep) -- $(ARGS)
 
@@ -253,7 +264,7 @@ image: ## Build the cluster image from infra/Dockerfile (name in infra/image.env
 
 .PHONY: image-push
 image-push: ## Push the built image to REGISTRY (host:port[/path]) once; prints the IMAGE=... for `make up IMAGE=`
-	@REGISTRY="$(REGISTRY)" infra/push-image.sh
+	@REGISTRY="$(REGISTRY)" PUSHED_IMAGE_FILE="$(PUSHED_IMAGE_FILE)" infra/push-image.sh
 
 .PHONY: iam
 iam: $(INSTALLED) ## Make or find the head's and workers' IAM roles and instance profiles CLUSTER names (BUCKET=: S3 run bucket)
