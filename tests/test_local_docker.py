@@ -433,8 +433,11 @@ def test_autodown_on_the_head_spares_a_running_job_then_tears_the_idle_cluster_d
     # Past the idle time, the job without a cap still runs and the cluster is still there; the capped one was
     # stopped at its cap by the head's watcher, once, and saved.
     time.sleep(AUTODOWN_MINUTES * 60 + 10)
+    capped_status, deadline = None, submitted_at + BUSY_JOB_S - 5  # a slow stop may take a few seconds more
+    while capped_status not in ("SUCCEEDED", "FAILED", "STOPPED") and time.time() < deadline:
+        capped_status = (dashboard_get(dashboard, f"/api/jobs/{capped}", token)[1] or {}).get("status")
+        time.sleep(1)
     status = (dashboard_get(dashboard, f"/api/jobs/{job_id}", token)[1] or {}).get("status")
-    capped_status = (dashboard_get(dashboard, f"/api/jobs/{capped}", token)[1] or {}).get("status")
     log = autodown_log()
     assert container_exists() and status == "RUNNING", f"{status}, the watcher:\n{log}"
     assert "autodown busy running=2" in log and "autodown down" not in log, log
@@ -470,11 +473,11 @@ def test_autodown_on_the_head_spares_a_running_job_then_tears_the_idle_cluster_d
     assert not container_exists(), f"the cluster is still up {gone_after_s:.0f}s after its last job:\n{log}"
     assert gone_after_s >= AUTODOWN_MINUTES * 60, f"down {gone_after_s:.0f}s after the job ended:\n{log}"
     assert "autodown down " in log, log
-    print(
-        f"autodown idle_minutes={AUTODOWN_MINUTES} gone_after_s={gone_after_s:.1f} "
+    print(  # on lines of their own (pytest -s prints the test's name before the first)
+        f"\nautodown cap max_hours={CAP_HOURS} ran_s={cap['ran_s']} last_update={last} status={capped_status}"
+        f"\nautodown idle_minutes={AUTODOWN_MINUTES} gone_after_s={gone_after_s:.1f} "
         f"busy_spared={str(busy_spared).lower()} provider=local"
     )
-    print(f"autodown cap max_hours={CAP_HOURS} ran_s={cap['ran_s']} last_update={last} status={capped_status}")
 
 
 def make_run(cluster, tmp_path, name, args, **popen):
