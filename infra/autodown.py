@@ -13,7 +13,8 @@ clients find it: RAY_AUTH_TOKEN, else the file RAY_AUTH_TOKEN_PATH names, else ~
 Time caps: a PENDING or RUNNING job whose metadata holds max_hours (`make submit MAX_HOURS=h` puts it there;
 `ray job submit --metadata-json '{"max_hours": "2"}'` too) is stopped once max_hours have passed since its
 start, through the Jobs API's stop (POST /api/jobs/<id>/stop, what `ray job stop` does: SIGTERM, and the
-trainer saves its checkpoint), once per job. A job without max_hours is never stopped.
+trainer saves its checkpoint), once per job. A job without max_hours is never stopped; one whose max_hours
+is no positive number is said once (`autodown badcap`) and never stopped.
 Teardown: a job that is PENDING or RUNNING holds the cluster up. Once none has been for --idle-minutes
 (counted from the end of the last job, a capped one included, or from the watcher's start when none ran),
 it tears the cluster down once and exits. --idle-minutes 0 enforces the caps and never tears down.
@@ -46,13 +47,13 @@ restarting, say), bad_answer. Its lines are key=value, in the head's Ray log fol
     autodown idle idle_s=900 left_s=300
     autodown error kind=refused status=401 detail='...' note=cannot_see_the_jobs_so_tears_nothing_down
     autodown refused action=terminate error=UnauthorizedOperation detail='...' note=ray_left_running
-    autodown failed error=ClientError detail='...' stopped=nothing note=the_cluster_may_still_bill
+    autodown failed error=RequestLimitExceeded detail='...' stopped=nothing note=the_cluster_may_still_bill
     autodown down idle_s=1200 provider=aws
     autodown terminate kind=workers instances=10
     autodown terminate kind=head instances=1
 
-A mistake in its flags or the launcher's config is one line and exit 2, before it watches; a teardown that
-fails after Ray was stopped is a `failed` line and exit 1.
+A mistake in its flags or the launcher's config is one line and exit 2, before it watches. A teardown that
+fails before it stopped anything is tried again a minute later; after Ray was stopped, exit 1.
 Stdlib only, but for Ray's token loader and boto3 on AWS (the image has both): it runs with the head's Python,
 without the job's package, so its one-line parser errors are its own (the same words as pgpong/cli.py's).
 """
