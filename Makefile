@@ -14,8 +14,11 @@ CLUSTER ?= cluster/aws.yaml
 # MIN_WORKERS=N starts N workers (0 up to the YAML's most) and lets the autoscaler add the rest.
 # AUTODOWN=N: the head tears the cluster down N minutes after its last job (0: never; empty: as the
 # YAML says: 20 for cluster/aws.yaml, none for cluster/local.yaml).
+# NODES=N TYPE=T (on the command line): N nodes of EC2 instance type T, CPUs from EC2's physical cores
+# (NODES alone keeps the type, TYPE alone the count; `make preflight` names the largest size your quota allows).
 # Any of them launches a copy of CLUSTER that cluster/variant.py writes into VARIANT_DIR.
 SPOT ?= 0
+TYPE ?=
 MIN_WORKERS ?=
 AUTODOWN ?=
 # `make up IMAGE=<registry>/<name:tag>`: every node pulls that image (as `make image-push` printed it)
@@ -98,8 +101,10 @@ LOCK := $(UV) pip compile --quiet --universal --python-version 3.11 --generate-h
 # The job's package is the folder inside job/$(JOB) that has a train module.
 PACKAGE = $(notdir $(patsubst %/train.py,%,$(wildcard job/$(JOB)/*/train.py)))
 JOBS = $(notdir $(patsubst %/,%,$(dir $(patsubst %/,%,$(dir $(wildcard job/*/*/train.py))))))
-# The launcher config of `make up` and `make preflight`: CLUSTER, or its variant for SPOT, MIN_WORKERS, AUTODOWN or IMAGE.
-LAUNCH = $(if $(filter-out 0,$(SPOT))$(MIN_WORKERS)$(AUTODOWN)$(IMAGE),$(VARIANT_DIR)/$(basename $(notdir $(CLUSTER)))-spot$(SPOT)$(if $(MIN_WORKERS),-min$(MIN_WORKERS))$(if $(AUTODOWN),-autodown$(AUTODOWN))$(if $(IMAGE),-pull).yaml,$(CLUSTER))
+# The launcher config of `make up` and `make preflight`: CLUSTER, or its variant for SPOT, MIN_WORKERS, AUTODOWN,
+# IMAGE, NODES or TYPE. NODES sizes it only from the command line (its default is `make plan`'s).
+SIZE_NODES = $(if $(filter command line,$(origin NODES)),$(NODES))
+LAUNCH = $(if $(filter-out 0,$(SPOT))$(MIN_WORKERS)$(AUTODOWN)$(IMAGE)$(SIZE_NODES)$(TYPE),$(VARIANT_DIR)/$(basename $(notdir $(CLUSTER)))-spot$(SPOT)$(if $(MIN_WORKERS),-min$(MIN_WORKERS))$(if $(AUTODOWN),-autodown$(AUTODOWN))$(if $(IMAGE),-pull)$(if $(SIZE_NODES),-n$(SIZE_NODES))$(if $(TYPE),-$(TYPE)).yaml,$(CLUSTER))
 # How every tool target runs its tool, $(PONGTOOLS).<tool>: a module of the tools package job/tools/pongtools
 # (never shipped), which imports the job's package pgpong (job/pong).
 PONGTOOLS = PYTHONPATH=job/pong:job/tools python -m pongtools
@@ -125,7 +130,7 @@ if [[ ! -f "$(CLUSTER)" ]]; then \
 endef
 define write-variant
 if [[ "$(LAUNCH)" != "$(CLUSTER)" ]]; then \
-  PYTHONPATH=job/pong $(BIN)/python cluster/variant.py $(CLUSTER) --spot "$(SPOT)" $(if $(MIN_WORKERS),--min-workers "$(MIN_WORKERS)") $(if $(AUTODOWN),--autodown "$(AUTODOWN)") $(if $(IMAGE),--image "$(IMAGE)") --out $(LAUNCH); fi
+  PYTHONPATH=job/pong $(BIN)/python cluster/variant.py $(CLUSTER) --spot "$(SPOT)" $(if $(MIN_WORKERS),--min-workers "$(MIN_WORKERS)") $(if $(AUTODOWN),--autodown "$(AUTODOWN)") $(if $(IMAGE),--image "$(IMAGE)") $(if $(SIZE_NODES),--nodes "$(SIZE_NODES)") $(if $(TYPE),--instance-type "$(TYPE)") --out "$(LAUNCH)"; fi
 endef
 define need-job
 if [[ -z "$(PACKAGE)" ]]; then \
@@ -260,7 +265,7 @@ iam: $(INSTALLED) ## Make or find the head's and workers' IAM roles and instance
 preflight: $(INSTALLED) ## Check CLUSTER (SPOT, MIN_WORKERS as for up) against your AWS account: credentials, quota, zones, AMI, key pair, cost
 	@$(need-cluster-file)
 	@$(write-variant)
-	@PYTHONPATH=job/pong $(BIN)/python infra/preflight.py $(LAUNCH)
+	@PYTHONPATH=job/pong $(BIN)/python infra/preflight.py "$(LAUNCH)" --full "$(CLUSTER)"
 
 .PHONY: token
 token: $(INSTALLED) ## Create the cluster token ~/.ray/auth_token unless it exists (ray up copies it to every node)

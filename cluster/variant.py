@@ -25,6 +25,7 @@ types or when SPOT or MIN_WORKERS change them); a mistake is one line and exit 2
 import copy
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import yaml
@@ -43,25 +44,133 @@ def is_spot(node_type):
     return node_type.get("node_config", {}).get("InstanceMarketOptions", {}).get("MarketType") == "spot"
 
 
+def tried(workers, names):
+    """The names in the order the head's autoscaler tries their types: the highest priority first
+    (infra/autoscaler/try_in_order.py), the YAML's order among equals."""
+    return sorted(names, key=lambda name: -workers[name].get("priority", 0))
+
+
 def variant(config, spot, min_workers=None):
-    """A copy of a cluster config (a dict as in the YAML) whose workers are all of the spot worker type
-    (spot) or of the on-demand one, with min_workers at `min_workers` (None: as the YAML has it).
-    Returns (config, the chosen node type's name); ValueError says what is wrong."""
+    """A copy of a cluster config (a dict as in the YAML) whose workers are of the on-demand worker type,
+    with min_workers at `min_workers` (None: as the YAML has it), or, with `spot`, of any spot type or the
+    on-demand one as a fallback: each may have up to the most workers and none at first, since the head's
+    autoscaler can move past a type it cannot get only for workers it adds (a type's min_workers it launches
+    whatever its failures). Returns (config, the names of the types that may have workers, in the order the
+    autoscaler tries them); ValueError says what is wrong."""
     config = copy.deepcopy(config)
     head = config.get("head_node_type")
     workers = {name: t for name, t in config.get("available_node_types", {}).items() if name != head}
-    market = "spot" if spot else "on-demand"
-    chosen = [name for name, t in workers.items() if is_spot(t) == spot]
-    if len(chosen) != 1:
-        what = "InstanceMarketOptions: {MarketType: spot}" if spot else "no InstanceMarketOptions"
-        raise ValueError(f"needs exactly one {market} worker type (a node_config with {what}), has {len(chosen)}")
+    on_demand = [name for name, t in workers.items() if not is_spot(t)]
+    spots = [name for name, t in workers.items() if is_spot(t)]
+    if len(on_demand) != 1:
+        raise ValueError(
+            f"needs exactly one on-demand worker type (a node_config with no InstanceMarketOptions), has {len(on_demand)}"
+        )
+    if spot and not spots:
+        raise ValueError("has no spot worker type (a node_config with InstanceMarketOptions: {MarketType: spot})")
     most = max(t.get("max_workers", 0) for t in workers.values())
     least = max(t.get("min_workers", 0) for t in workers.values()) if min_workers is None else min_workers
+    if spot and min_workers:
+        raise ValueError(
+            f"starts spot workers when a job asks for them, so that a type short of spot capacity gives way to "
+            f"the next; MIN_WORKERS={min_workers} needs SPOT=0"
+        )
     if least > most:
         raise ValueError(f"allows at most {most} workers (max_workers), so MIN_WORKERS={least} is too many")
+    chosen = tried(workers, spots) + on_demand if spot else on_demand
     for name, t in workers.items():
-        t["min_workers"], t["max_workers"] = (least, most) if name == chosen[0] else (0, 0)
-    return config, chosen[0]
+        t["min_workers"], t["max_workers"] = (0, most) if spot else ((least, most) if name in chosen else (0, 0))
+    return config, chosen
+
+
+class TypeMistake(ValueError):
+    """A TYPE that names no instance type EC2 offers: said without the YAML's name."""
+
+
+# An EC2 instance type's name, family.size: c5.9xlarge, c5d.4xlarge, m7i-flex.large.
+INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
+NUM_CPUS = re.compile(r"--num-cpus=\d+")
+
+
+def size_types(config, instance_type):
+    """{node type: instance type} of a copy of TYPE=instance_type: it for the head and for every worker type of
+    the head's instance type, and each other worker type's family at its size (c5d.9xlarge -> c5d.4xlarge for
+    c5.4xlarge). ValueError if it is no instance type's name."""
+    if not INSTANCE_TYPE.match(instance_type):
+        raise TypeMistake(f"TYPE={instance_type} is no EC2 instance type's name (family.size, e.g. c5.4xlarge)")
+    types = config.get("available_node_types", {})
+    head = types.get(config.get("head_node_type"), {}).get("node_config", {}).get("InstanceType")
+    size = instance_type.split(".", 1)[1]
+    wanted = {}
+    for name, t in types.items():
+        own = t.get("node_config", {}).get("InstanceType", "")
+        wanted[name] = instance_type if own == head else f"{own.split('.', 1)[0]}.{size}"
+    return wanted
+
+
+def ec2_cores(region, instance_types, client=None):
+    """{instance type: physical cores} of those EC2 offers in region (DescribeInstanceTypes,
+    VCpuInfo.DefaultCores); one it does not know is left out. botocore's errors (no credentials, no
+    network, a refusal) are for the caller."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    ec2 = client or boto3.client("ec2", region_name=region)
+    cores = {}
+    for instance_type in sorted(instance_types):  # one a call: EC2 refuses a whole list for one unknown name
+        try:
+            (info,) = ec2.describe_instance_types(InstanceTypes=[instance_type])["InstanceTypes"]
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") != "InvalidInstanceType":
+                raise
+            continue
+        cores[instance_type] = info["VCpuInfo"]["DefaultCores"]
+    return cores
+
+
+def sized(config, nodes=None, types=None, cores=None):
+    """A copy of a cluster config of `nodes` nodes (None: as it has), of the instance types `types`
+    (size_types; None: as it has) whose physical cores are `cores` ({instance type: cores}, ec2_cores):
+    resources.CPU of every node type and --num-cpus of the head's and workers' `ray start` at the head
+    type's cores, max_workers and the counts of a worker type that starts all its workers at nodes - 1.
+    A worker type whose instance type EC2 lacks or whose cores differ is left out. Returns (config, the
+    node types left out); ValueError says what is wrong."""
+    config = copy.deepcopy(config)
+    head = config.get("head_node_type")
+    types_ = config.get("available_node_types")
+    if not types_ or head not in types_:
+        raise ValueError("has no available_node_types with its head_node_type: NODES and TYPE need node types")
+    left_out = []
+    if types:
+        head_type = types[head]
+        if head_type not in cores:
+            region = config["provider"]["region"]
+            raise TypeMistake(
+                f"TYPE={head_type} is no instance type EC2 offers in {region}; see `aws ec2 describe-instance-types`"
+            )
+        for name in list(types_):
+            if cores.get(types[name]) != cores[head_type]:
+                left_out.append(f"{name}:{types[name]}")
+                del types_[name]
+                continue
+            types_[name]["node_config"]["InstanceType"] = types[name]
+            types_[name]["resources"] = {**types_[name].get("resources", {}), "CPU": cores[head_type]}
+        for key in ("head_start_ray_commands", "worker_start_ray_commands"):
+            commands = config.get(key, [])
+            found = [n for n, command in enumerate(commands) if NUM_CPUS.search(command)]
+            if len(found) != 1:
+                raise ValueError(
+                    f"needs one --num-cpus=N in {key} to set to the cores of {head_type}, has {len(found)}"
+                )
+            commands[found[0]] = NUM_CPUS.sub(f"--num-cpus={cores[head_type]}", commands[found[0]])
+    if nodes is not None:
+        config["max_workers"] = nodes - 1
+        for name, t in types_.items():
+            if name != head and t.get("max_workers", 0):
+                everyone = t.get("min_workers", 0) == t["max_workers"]
+                t["max_workers"] = nodes - 1
+                t["min_workers"] = nodes - 1 if everyone else min(t.get("min_workers", 0), nodes - 1)
+    return config, left_out
 
 
 # How the head starts the watcher: in the background, out of the launcher's SSH session, a watcher
@@ -135,6 +244,34 @@ def with_image(config, image):
     return config
 
 
+class AwsError(Exception):
+    """EC2 could not be asked (no credentials, no network, a refusal): a failure, exit 1."""
+
+
+def with_size(config, nodes, instance_type):
+    """sized() with the cores EC2 gives for TYPE's instance types; (config, the fields of the line that says so)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    types = cores = None
+    if instance_type:
+        types = size_types(config, instance_type)
+        region = (config.get("provider") or {}).get("region")
+        try:
+            cores = ec2_cores(region, set(types.values()))
+        except (BotoCoreError, ClientError) as error:  # no credentials, no network, a refusal
+            raise AwsError(
+                f"cannot ask EC2 in {region} for the cores of {instance_type} ({error.__class__.__name__}: {error});"
+                " check your AWS credentials, as for `make preflight`"
+            ) from None
+    made, left_out = sized(config, nodes, types, cores)
+    head = made["available_node_types"][made["head_node_type"]]
+    fields = dict(nodes=1 + made.get("max_workers", 0), instance_type=head["node_config"].get("InstanceType"))
+    fields["cpus_per_node"] = head.get("resources", {}).get("CPU", "auto")
+    if left_out:
+        fields["left_out"] = ",".join(left_out)
+    return made, fields
+
+
 def main(argv=None):
     p = Parser(prog="variant", description=__doc__.splitlines()[0])
     p.add_argument("cluster", help="the cluster YAML, e.g. cluster/aws.yaml")
@@ -146,46 +283,67 @@ def main(argv=None):
         help="minutes idle before the head tears the cluster down; 0: never",
     )
     p.add_argument("--image", help="REGISTRY/name:tag that every node pulls instead of building the image (IMAGE)")
+    p.add_argument("--nodes", type=at_least(1), help="nodes in all, the head included (NODES; default: the YAML's)")
+    p.add_argument("--instance-type", help="the EC2 instance type of every node, e.g. c5.4xlarge (TYPE)")
     p.add_argument("--out", required=True, help="the YAML to write")
     a = p.parse_args(argv)
+    size = {}
     try:
         config = yaml.safe_load(Path(a.cluster).read_text())
         made, node_type = config, None
+        if a.nodes is not None or a.instance_type:
+            made, size = with_size(made, a.nodes, a.instance_type)
         # A YAML of node types (aws.yaml) always names its worker type; one without (local.yaml: a
         # list of hosts) only when SPOT or MIN_WORKERS asks for one, which then says it has none.
         if "available_node_types" in config or a.spot == "1" or a.min_workers is not None:
-            made, node_type = variant(config, a.spot == "1", a.min_workers)
+            made, node_type = variant(made, a.spot == "1", a.min_workers)
         if a.autodown is not None:
             made = with_autodown(made, a.autodown)
         if a.image:
             made = with_image(made, a.image)
     except (OSError, yaml.YAMLError, AttributeError) as error:
         fail(f"cannot read the cluster config {a.cluster} ({error.__class__.__name__}); pass CLUSTER=<file.yaml>")
+    except TypeMistake as error:
+        fail(str(error))
     except ValueError as error:
         fail(f"{a.cluster} {error}")
+    except AwsError as error:
+        print(f"variant: {error}", file=sys.stderr)
+        sys.exit(1)
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     header = (
         f"# Written by cluster/variant.py from {a.cluster} (--spot {a.spot}"
         f"{'' if a.min_workers is None else f' --min-workers {a.min_workers}'}"
         f"{'' if a.autodown is None else f' --autodown {a.autodown:g}'}"
-        f"{f' --image {a.image}' if a.image else ''}): its worker counts, autodown and image are the only\n"
+        f"{f' --image {a.image}' if a.image else ''}"
+        f"{'' if a.nodes is None else f' --nodes {a.nodes}'}"
+        f"{f' --instance-type {a.instance_type}' if a.instance_type else ''}): its size, worker counts, autodown and"
+        " image are the only\n"
         f"# possible differences. Do not edit: `make up` writes it again; the comments are in {a.cluster}.\n"
     )
     out.write_text(header + yaml.dump(made, Dumper=Expanded, sort_keys=False, width=120))
     workers = {}
     if node_type:
-        spec = made["available_node_types"][node_type]
+        spec = made["available_node_types"][node_type[0]]
         workers = dict(
-            node_type=node_type,
-            market="spot" if a.spot == "1" else "on-demand",
+            node_type=",".join(node_type),
+            market="spot_then_on_demand" if a.spot == "1" else "on-demand",
             min_workers=spec["min_workers"],
             max_workers=spec["max_workers"],
         )
     minutes = autodown_minutes(made)
     autodown = f"{minutes:g}" if minutes else "off"
     print(
-        kv("variant", cluster=a.cluster, out=a.out, **workers, autodown_minutes=autodown, image=made["docker"]["image"])
+        kv(
+            "variant",
+            cluster=a.cluster,
+            out=a.out,
+            **size,
+            **workers,
+            autodown_minutes=autodown,
+            image=made["docker"]["image"],
+        )
     )
 
 

@@ -26,12 +26,15 @@ Spot instances are only requested of moto here: no real spot instance was ever s
 """
 
 import copy
+import json
+import shlex
 import stat
 import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 import yaml
 from harness import JOB_DIR, REPO, clean_env, fields, run
 from harness.aws import (
@@ -49,6 +52,8 @@ from harness.aws import (
 
 PREFLIGHT = REPO / "infra" / "preflight.py"
 VARIANT = REPO / "cluster" / "variant.py"
+SPOT_TYPES = ["ray.worker.spot", "ray.worker.spot.c5d", "ray.worker.spot.c5n"]  # in the order they are tried
+WORKER_TYPES = ["ray.worker.default", *SPOT_TYPES]
 
 
 def boto(service):
@@ -141,8 +146,7 @@ def test_ray_bootstraps_our_yaml_and_opens_only_ssh_to_the_world(aws, monkeypatc
     profiles = {name: t["node_config"]["IamInstanceProfile"] for name, t in booted["available_node_types"].items()}
     assert profiles == {
         "ray.head.default": {"Name": "pong-ray-head"},
-        "ray.worker.default": {"Name": "pong-ray-worker"},
-        "ray.worker.spot": {"Name": "pong-ray-worker"},
+        **{name: {"Name": "pong-ray-worker"} for name in WORKER_TYPES},
     }, profiles
     assert booted["head_node"] == {}, booted["head_node"]
     assert "ray-autoscaler-v1" not in {r["RoleName"] for r in iam.list_roles()["Roles"]}
@@ -232,8 +236,8 @@ def test_ray_launches_every_node_on_the_current_ubuntu_image(aws, monkeypatch):
 
 def launch_as_ray_does(booted):
     """Create the head and each worker type's min_workers nodes of a bootstrapped config through Ray's
-    AWSNodeProvider, as `ray up` and then the head's autoscaler create them. A type whose max_workers
-    is 0 is never launched. Returns ({node type: instance ids}, {node type: [the parameters of each
+    AWSNodeProvider, as `ray up` and then the head's autoscaler create them. A type whose min_workers
+    is 0 is not launched here (the autoscaler launches it for a request: autoscale_as_ray_does). Returns ({node type: instance ids}, {node type: [the parameters of each
     RunInstances call Ray made for it]})."""
     from ray.autoscaler._private.aws.node_provider import AWSNodeProvider
     from ray.autoscaler._private.util import hash_launch_conf
@@ -255,7 +259,7 @@ def launch_as_ray_does(booted):
     launched, requested = {}, {}
     for name, node_type in booted["available_node_types"].items():
         head = name == booted["head_node_type"]
-        if not head and node_type["max_workers"] == 0:
+        if not head and not node_type.get("min_workers"):
             continue
         node_config = dict(node_type["node_config"])
         tags = {
@@ -274,32 +278,143 @@ def launch_as_ray_does(booted):
     return launched, requested
 
 
-def spot_variant(tmp_path, *args):
-    """The copy of cluster/aws.yaml that `make up SPOT=1` launches, written as the Makefile writes it."""
-    out = tmp_path / "aws-spot1.yaml"
+def write_variant(tmp_path, *args):
+    """A copy of cluster/aws.yaml as the Makefile writes it (`make up SPOT=1`: --spot 1); (its path, its line)."""
+    out = tmp_path / "aws-variant.yaml"
     made = run(
-        [sys.executable, str(VARIANT), str(AWS_YAML), "--spot", "1", *args, "--out", str(out)],
+        [sys.executable, str(VARIANT), str(AWS_YAML), *args, "--out", str(out)],
         clean_env(PYTHONPATH=str(JOB_DIR)),
         timeout=60,
     )
     assert made.returncode == 0, made.stdout + made.stderr
-    return out
+    return out, fields(made.stdout.strip())
 
 
-def test_ray_requests_spot_workers_and_an_on_demand_head(aws, monkeypatch, tmp_path):
-    """`make up SPOT=1`'s config through Ray's own bootstrap and node creation: every worker request
-    Ray sends carries the spot options of cluster/aws.yaml, the head's none, and the instances moto
-    starts for them are spot instances, the head an on-demand one."""
+def bootstrapped(monkeypatch, path):
+    """A launcher YAML as `ray up` makes it: Ray's defaults, Ray's validator, Ray's AWS bootstrap."""
     from ray.autoscaler._private.aws import config as ray_aws
     from ray.autoscaler._private.util import prepare_config, validate_config
 
+    # Ray waits 15 s twice for IAM changes to propagate through AWS; moto needs no wait.
     monkeypatch.setattr(ray_aws, "time", SimpleNamespace(sleep=lambda seconds: None))
-    config = prepare_config(yaml.safe_load(spot_variant(tmp_path).read_text()))
+    config = prepare_config(yaml.safe_load(Path(path).read_text()))
     validate_config(config)
-    booted = ray_aws.bootstrap_aws(config)
-    launched, requested = launch_as_ray_does(booted)
+    return ray_aws.bootstrap_aws(config)
 
-    assert set(launched) == {"ray.head.default", "ray.worker.spot"}, launched
+
+def refuse_spot(monkeypatch, instance_types):
+    """Make moto's RunInstances refuse spot capacity of these instance types in every zone, as EC2 does
+    when their spot pools have none (InsufficientInstanceCapacity); on demand they still start."""
+    from moto.ec2.exceptions import EC2ClientError
+    from moto.ec2.models.instances import InstanceBackend
+
+    original = InstanceBackend.run_instances
+
+    def run_instances(self, image_id, count, user_data, security_group_names, **kwargs):
+        instance_type = kwargs.get("instance_type")
+        if kwargs.get("instance_market_options") == "spot" and instance_type in instance_types:
+            raise EC2ClientError(
+                "InsufficientInstanceCapacity", f"We currently do not have sufficient {instance_type} capacity."
+            )
+        return original(self, image_id, count, user_data, security_group_names, **kwargs)
+
+    monkeypatch.setattr(InstanceBackend, "run_instances", run_instances)
+
+
+def head_autoscaler_env(config):
+    """The variables cluster/aws.yaml's head starts Ray with that choose its autoscaler and its scorer."""
+    start = next(c for c in config["head_start_ray_commands"] if "ray start --head" in c)
+    words = shlex.split(start.split(";")[-1])
+    return dict(w.split("=", 1) for w in words[: words.index("ray")] if w.startswith(("RAY_", "PYTHONPATH=")))
+
+
+def autoscale_as_ray_does(monkeypatch, booted, cpus, rounds=12):
+    """The launch path of the head's autoscaler as cluster/aws.yaml starts it (Ray's first autoscaler with the
+    scorer its head_start_ray_commands name, loaded by Ray from RAY_AUTOSCALER_UTILIZATION_SCORER off the
+    PYTHONPATH they give, here the same folder of this checkout), round after round as StandardAutoscaler.update
+    runs it: ResourceDemandScheduler.get_nodes_to_launch for a request_resources of `cpus` one-CPU bundles (what
+    the trainer asks, pgpong/capacity.py), then BaseNodeLauncher.launch_node of each type through Ray's
+    AWSNodeProvider, whose failures Ray's NodeProviderAvailabilityTracker records. The head's config is where
+    `ray up` puts it, ~/ray_bootstrap_config.yaml. Returns ({node type: worker ids}, the tracker, the
+    parameters of every RunInstances call Ray made)."""
+    from ray.autoscaler._private.aws.node_provider import AWSNodeProvider
+    from ray.autoscaler._private.event_summarizer import EventSummarizer
+    from ray.autoscaler._private.node_launcher import BaseNodeLauncher
+    from ray.autoscaler._private.node_provider_availability_tracker import NodeProviderAvailabilityTracker
+    from ray.autoscaler._private.resource_demand_scheduler import ResourceDemandScheduler
+    from ray.autoscaler._private.util import ConcurrentCounter
+    from ray.autoscaler.tags import NODE_KIND_WORKER, TAG_RAY_NODE_KIND, TAG_RAY_USER_NODE_TYPE
+
+    env = head_autoscaler_env(booted)
+    assert env["RAY_enable_autoscaler_v2"] == "0", env
+    folder = Path(env["PYTHONPATH"]).relative_to("/tmp/pong-build/infra")  # the file_mounts' infra folder
+    monkeypatch.syspath_prepend(str(REPO / "infra" / folder))
+    monkeypatch.setenv("RAY_AUTOSCALER_UTILIZATION_SCORER", env["RAY_AUTOSCALER_UTILIZATION_SCORER"])
+    (Path.home() / "ray_bootstrap_config.yaml").write_text(json.dumps(booted))
+
+    provider = AWSNodeProvider(booted["provider"], booted["cluster_name"])
+    calls = []
+    provider.ec2_fail_fast.meta.client.meta.events.register(
+        "provide-client-params.ec2.RunInstances", lambda params, **_: calls.append(copy.deepcopy(params))
+    )
+    types = booted["available_node_types"]
+    scheduler = ResourceDemandScheduler(
+        provider, types, booted["max_workers"], booted["head_node_type"], booted["upscaling_speed"]
+    )
+    tracker, pending = NodeProviderAvailabilityTracker(), ConcurrentCounter()
+    launcher = BaseNodeLauncher(provider, pending, EventSummarizer(), tracker, node_types=types)
+    for _ in range(rounds):
+        to_launch, _ = scheduler.get_nodes_to_launch(
+            provider.non_terminated_nodes({}), {}, [], {}, [], {},
+            ensure_min_cluster_size=[{"CPU": 1}] * cpus,
+            node_availability_summary=tracker.summary(),
+        )  # fmt: skip
+        for node_type, count in to_launch.items():
+            pending.inc(node_type, count)
+            launcher.launch_node(booted, count, node_type)
+    workers = provider.non_terminated_nodes({TAG_RAY_NODE_KIND: NODE_KIND_WORKER})
+    launched = {}
+    for node in workers:
+        launched.setdefault(provider.node_tags(node)[TAG_RAY_USER_NODE_TYPE], []).append(node)
+    return launched, tracker, calls
+
+
+@pytest.mark.parametrize(
+    "refused, expected",
+    [
+        ([], "ray.worker.spot"),
+        (["c5.9xlarge", "c5d.9xlarge"], "ray.worker.spot.c5n"),
+        (["c5.9xlarge", "c5d.9xlarge", "c5n.9xlarge"], "ray.worker.default"),
+    ],
+    ids=["spot", "third-spot-type", "on-demand-fallback"],
+)
+def test_spot_workers_fall_back_type_by_type_then_to_on_demand(aws, monkeypatch, tmp_path, refused, expected):
+    """`make up SPOT=1 NODES=3`'s copy through Ray's own bootstrap, then the head's autoscaler asked for the
+    CPUs of 3 nodes: it asks EC2 for spot c5.9xlarge, and where EC2 has none of a type in any zone, for the
+    next type by priority, then for on-demand workers. The head is on demand; spot workers carry the YAML's
+    spot options."""
+    path, line = write_variant(tmp_path, "--spot", "1", "--nodes", "3")
+    assert line["node_type"].split(",") == [*SPOT_TYPES, "ray.worker.default"], line
+    booted = bootstrapped(monkeypatch, path)
+    head, requested = launch_as_ray_does(booted)
+    assert set(head) == {"ray.head.default"} and "InstanceMarketOptions" not in requested["ray.head.default"][0]
+    refuse_spot(monkeypatch, refused)
+    launched, tracker, calls = autoscale_as_ray_does(monkeypatch, booted, cpus=3 * 18)
+
+    assert set(launched) == {expected} and len(launched[expected]) == 2, launched
+    # Each type refused was tried and recorded as unavailable; the one that started, as available.
+    records = tracker.summary().node_availabilities
+    tried = SPOT_TYPES[: len(refused)]
+    assert {n: records[n].is_available for n in records} == {**dict.fromkeys(tried, False), expected: True}
+    assert {records[n].unavailable_node_information.category for n in tried} <= {"InsufficientInstanceCapacity"}
+    found = boto("ec2").describe_instances(InstanceIds=launched[expected])["Reservations"]
+    instances = [i for r in found for i in r["Instances"]]
+    wanted_type = booted["available_node_types"][expected]["node_config"]["InstanceType"]
+    assert {i["InstanceType"] for i in instances} == {wanted_type}, instances
+    lifecycle = {i.get("InstanceLifecycle", "on-demand") for i in instances}
+    assert lifecycle == ({"on-demand"} if expected == "ray.worker.default" else {"spot"}), instances
+    # What Ray asked EC2 for: the spot types in order, each in every zone before the next, with the YAML's
+    # spot options; then on demand.
     spot_options = yaml.safe_load(AWS_YAML.read_text())["available_node_types"]["ray.worker.spot"]["node_config"][
         "InstanceMarketOptions"
     ]
@@ -307,19 +422,11 @@ def test_ray_requests_spot_workers_and_an_on_demand_head(aws, monkeypatch, tmp_p
         "MarketType": "spot",
         "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
     }
-    (head_call,) = requested["ray.head.default"]
-    assert "InstanceMarketOptions" not in head_call, head_call
-    assert requested["ray.worker.spot"], "Ray made no RunInstances call for the workers"
-    for call in requested["ray.worker.spot"]:
-        assert call["InstanceMarketOptions"] == spot_options and call["MaxCount"] == 10, call
-        assert call["InstanceType"] == head_call["InstanceType"] == "c5.9xlarge"
-
-    found = boto("ec2").describe_instances(InstanceIds=[i for ids in launched.values() for i in ids])
-    lifecycle = {
-        i["InstanceId"]: i.get("InstanceLifecycle", "on-demand") for r in found["Reservations"] for i in r["Instances"]
-    }
-    assert {lifecycle[i] for i in launched["ray.head.default"]} == {"on-demand"}, lifecycle
-    assert {lifecycle[i] for i in launched["ray.worker.spot"]} == {"spot"}, lifecycle
+    asked = list(dict.fromkeys((c["InstanceType"], c.get("InstanceMarketOptions") == spot_options) for c in calls))
+    order = [("c5.9xlarge", True), ("c5d.9xlarge", True), ("c5n.9xlarge", True), ("c5.9xlarge", False)]
+    assert asked == order[: len(refused) + 1], asked
+    zones = {c["SubnetId"] for c in calls if c["InstanceType"] in refused[:1]}
+    assert len(zones) == (3 if refused else 0), calls
 
 
 def test_preflight_reports_the_ami_the_parameter_resolves_to(aws):
