@@ -321,7 +321,7 @@ bench: $(INSTALLED) ## Benchmark the trainer against the bare emulator and the t
 
 .PHONY: plan
 plan: $(INSTALLED) ## Project NODES x CPUS at BATCH: seconds per update, $ an hour, hours and $ to a win and from up to down
-	@$(PONGTOOLS).plan project --nodes $(NODES) --cpus $(CPUS) --batch-size $(BATCH) --cluster $(CLUSTER) $(ARGS)
+	@$(PONGTOOLS).plan project --nodes $(NODES) --cpus $(CPUS) --batch-size $(BATCH) --cluster $(CLUSTER) $(if $(TYPE),--instance-type "$(TYPE)") $(ARGS)
 
 .PHONY: plan-inputs
 plan-inputs: $(INSTALLED) ## Rebuild the plan's inputs: episode lengths from RUN's metrics (and FRESH's first update), milestones of the MILESTONES runs

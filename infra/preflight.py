@@ -492,7 +492,8 @@ def check_size(report, ec2, plan, region, quotas):
     report.warn(
         "size",
         f"the largest size that fits today: make up NODES={nodes} TYPE={instance_type}"
-        f"{' SPOT=1' if spot else ''} ({cpus} CPUs); then make plan NODES={nodes} CPUS={cpus // nodes}",
+        f"{' SPOT=1' if spot else ''} ({cpus} CPUs), planned by make plan NODES={nodes} CPUS={cpus // nodes}"
+        f" TYPE={instance_type}",
         **fields,
         fits=f"NODES={nodes} TYPE={instance_type}",
     )

@@ -27,6 +27,7 @@ Spot instances are only requested of moto here: no real spot instance was ever s
 
 import copy
 import json
+import re
 import shlex
 import stat
 import subprocess
@@ -555,30 +556,35 @@ def test_preflight_with_spot_prints_each_zones_spot_price_and_costs_the_workers_
     found = checks(made)
     # the copy of the YAML `make up SPOT=1` launches, and what it puts on spot
     assert f"variant cluster=cluster/aws.yaml out={tmp_path / 'variant' / 'aws-spot1.yaml'} " in made.stdout
-    types = {c["node_type"] for c in found["instance-type"]}
-    assert types == {"ray.head.default", "ray.worker.spot"}, made.stdout
-    # the head on the on-demand quota, the 10 workers on the spot one
-    quotas = {c["quota"]: (c["status"], c["need"]) for c in found["quota"]}
-    assert quotas == {ON_DEMAND_QUOTA: ("ok", "36"), SPOT_QUOTA: ("ok", "360")}, made.stdout
-    # the price now in each zone; none for us-west-2c, said so, never guessed
-    prices = {c["zone"]: (c["status"], c["usd_per_hour"]) for c in found["spot-price"]}
-    assert prices == {
-        "us-west-2a": ("ok", "0.6012"),
-        "us-west-2b": ("ok", "0.5921"),
-        "us-west-2c": ("warn", "unknown"),
-    }, made.stdout
+    types = [c["node_type"] for c in found["instance-type"]]
+    assert types == ["ray.head.default", *SPOT_TYPES, "ray.worker.default"], made.stdout  # in the order tried
+    # the head on the on-demand quota, the 10 workers on the spot one, or on the on-demand one in their place
+    quotas = {c["quota"]: (c["status"], c["need"], c.get("fallback_need")) for c in found["quota"]}
+    assert quotas == {ON_DEMAND_QUOTA: ("ok", "36", "360"), SPOT_QUOTA: ("ok", "360", None)}, made.stdout
+    # the price now in each zone of each spot type; none for us-west-2c, said so, never guessed
+    for instance_type in ("c5.9xlarge", "c5d.9xlarge", "c5n.9xlarge"):
+        prices = {
+            c["zone"]: (c["status"], c["usd_per_hour"])
+            for c in found["spot-price"]
+            if c["instance_type"] == instance_type
+        }
+        assert prices == {
+            "us-west-2a": ("ok", "0.6012"),
+            "us-west-2b": ("ok", "0.5921"),
+            "us-west-2c": ("warn", "unknown"),
+        }, made.stdout
     # the head on demand ($1.53), 10 workers at the highest price known
     (cost,) = found["cost"]
     assert (cost["usd_per_hour"], cost["spot_usd_per_node_hour"], cost["spot_nodes"]) == ("7.54", "0.6012", "10")
     assert cost["spot_price_zone"] == "us-west-2a", cost
     assert cost["on_demand_usd_per_hour"] == "16.83" and "note" not in cost, cost
-    assert made.stdout.splitlines()[-1] == "preflight status=ok failed=0 warnings=1 failed_checks=none"
+    assert made.stdout.splitlines()[-1] == "preflight status=ok failed=0 warnings=3 failed_checks=none"
 
     # No spot price in any zone: every zone says unknown, and the workers count at the on-demand price.
     serve_spot_prices(monkeypatch, [])
     made = make_preflight(tmp_path, "SPOT=1")
     found = checks(made)
-    assert [(c["status"], c["usd_per_hour"]) for c in found["spot-price"]] == [("warn", "unknown")] * 3
+    assert [(c["status"], c["usd_per_hour"]) for c in found["spot-price"]] == [("warn", "unknown")] * 9
     (cost,) = found["cost"]
     assert cost["usd_per_hour"] == "16.83" and "spot_usd_per_node_hour" not in cost, cost
     assert cost["note"] == "10 spot nodes of unknown spot price counted at the on-demand price, an upper bound"
@@ -599,3 +605,105 @@ def test_preflight_with_spot_fails_a_spot_quota_too_small_for_the_workers(aws, m
     assert SPOT_QUOTA in spot["fix"] and "360" in spot["fix"], spot
     assert made.stdout.splitlines()[-1].startswith("preflight status=FAIL failed=1 "), made.stdout
     assert made.stdout.splitlines()[-1].endswith("failed_checks=quota"), made.stdout
+
+
+def test_a_copy_of_the_default_size_is_cluster_aws_yaml(aws):
+    """`make up NODES=11 TYPE=c5.9xlarge` writes cluster/aws.yaml itself: EC2 gives c5.9xlarge 18 cores
+    (DescribeInstanceTypes, VCpuInfo.DefaultCores; AWS publishes 36 vCPUs = 18 cores), which the YAML has."""
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    out = aws.home / "copy.yaml"
+    made = run(
+        [sys.executable, str(VARIANT), str(AWS_YAML), "--nodes", "11", "--instance-type", "c5.9xlarge", "--out", out],
+        clean_env(PYTHONPATH=str(JOB_DIR)),
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stdout + made.stderr
+    line = fields(made.stdout.strip())
+    assert (line["nodes"], line["instance_type"], line["cpus_per_node"]) == ("11", "c5.9xlarge", "18"), line
+    copy_, original = (prepare_config(yaml.safe_load(Path(p).read_text())) for p in (out, AWS_YAML))
+    validate_config(copy_)
+    assert copy_ == original
+
+
+def test_two_c5_4xlarge_fit_32_vcpus_and_launch_as_planned(aws, monkeypatch, tmp_path):
+    """A new account's 32 on-demand vCPUs: `make preflight` of the default size fails its quota and names the
+    largest size that fits, 2 x c5.4xlarge, and the request for the full 11 x c5.9xlarge; that size passes,
+    and its copy has EC2's cores of c5.4xlarge (8; AWS publishes 16 vCPUs = 8 cores) for resources.CPU and
+    --num-cpus, 1 worker, and goes through Ray's validator, bootstrap and launch."""
+    serve_ec2_quota(monkeypatch, 32, ON_DEMAND_QUOTA)
+    made = make_preflight(tmp_path)
+    assert made.returncode != 0 and made.stdout.splitlines()[-1].endswith("failed_checks=quota"), made.stdout
+    found = checks(made)
+    (quota,) = found["quota"]
+    assert (quota["status"], quota["limit"], quota["need"]) == ("FAIL", "32", "396"), quota
+    (size,) = found["size"]
+    assert (size["status"], size["largest_nodes"], size["fits"]) == ("warn", "0", "NODES=2 TYPE=c5.4xlarge"), size
+    assert "make plan NODES=2 CPUS=8 TYPE=c5.4xlarge" in size["reason"], size
+    (request,) = found["quota-request"]
+    assert (request["status"], request["full_size"], request["desired_value"]) == ("warn", "11xc5.9xlarge", "396")
+    assert request["command"] == (
+        "aws service-quotas request-service-quota-increase --region us-west-2 --service-code ec2"
+        " --quota-code L-1216C47A --desired-value 396"
+    ), request
+
+    made = make_preflight(tmp_path, "NODES=2", "TYPE=c5.4xlarge")
+    assert made.returncode == 0, made.stdout + made.stderr
+    found = checks(made)
+    (quota,) = found["quota"]
+    assert (quota["status"], quota["limit"], quota["need"]) == ("ok", "32", "32"), quota
+    (size,) = found["size"]
+    assert (size["status"], size["cores_per_node"], size["largest_nodes"], size["nodes"]) == ("ok", "8", "2", "2")
+    assert [r["desired_value"] for r in found["quota-request"]] == ["396"], made.stdout  # still the full size
+    copy_path = tmp_path / "variant" / "aws-spot0-n2-c5.4xlarge.yaml"  # the size is in its name
+    assert f"out={copy_path} nodes=2 instance_type=c5.4xlarge cpus_per_node=8 " in made.stdout, made.stdout
+
+    booted = bootstrapped(monkeypatch, copy_path)
+    types = booted["available_node_types"]
+    worker = types["ray.worker.default"]
+    assert (booted["max_workers"], worker["min_workers"], worker["max_workers"]) == (1, 1, 1), worker
+    assert {t["resources"]["CPU"] for t in types.values()} == {8}
+    instance_types = {name: t["node_config"]["InstanceType"] for name, t in types.items()}
+    assert instance_types == {
+        "ray.head.default": "c5.4xlarge",
+        "ray.worker.default": "c5.4xlarge",
+        "ray.worker.spot": "c5.4xlarge",
+        "ray.worker.spot.c5d": "c5d.4xlarge",
+        "ray.worker.spot.c5n": "c5n.4xlarge",
+    }, instance_types
+    for key in ("head_start_ray_commands", "worker_start_ray_commands"):
+        (start,) = [c for c in booted[key] if "ray start" in c]
+        assert re.findall(r"--num-cpus=\d+", start) == ["--num-cpus=8"], start
+    launched, _ = launch_as_ray_does(booted)
+    found = boto("ec2").describe_instances(InstanceIds=[i for ids in launched.values() for i in ids])
+    assert sorted(i["InstanceType"] for r in found["Reservations"] for i in r["Instances"]) == ["c5.4xlarge"] * 2
+
+
+@pytest.mark.parametrize(
+    "args, status, message",
+    [
+        (["--instance-type", "c5.huge"], 2, "error: TYPE=c5.huge is no instance type EC2 offers in us-west-2"),
+        (["--nodes", "0"], 2, "variant: error: argument --nodes: must be a whole number >= 1, not '0'"),
+    ],
+)
+def test_a_size_ec2_does_not_know_is_one_line_and_nothing_written(aws, tmp_path, args, status, message):
+    out = tmp_path / "copy.yaml"
+    made = run(
+        [sys.executable, str(VARIANT), str(AWS_YAML), *args, "--out", str(out)],
+        clean_env(PYTHONPATH=str(JOB_DIR)),
+        timeout=60,
+    )
+    assert (made.returncode, made.stdout) == (status, ""), made.stdout + made.stderr
+    assert made.stderr.startswith(message) and len(made.stderr.splitlines()) == 1, made.stderr
+    assert not out.exists()
+
+
+def test_a_size_without_aws_credentials_fails_in_one_line(aws, tmp_path):
+    env = {k: v for k, v in clean_env(PYTHONPATH=str(JOB_DIR)).items() if not k.startswith("AWS_ACCESS_KEY")}
+    out = tmp_path / "copy.yaml"
+    made = run([sys.executable, str(VARIANT), str(AWS_YAML), "--instance-type", "c5.4xlarge", "--out", out], env)
+    assert made.returncode == 1 and made.stdout == "", made.stdout + made.stderr
+    assert made.stderr.startswith(
+        "variant: cannot ask EC2 in us-west-2 for the cores of c5.4xlarge (NoCredentialsError"
+    )
+    assert len(made.stderr.splitlines()) == 1 and not out.exists(), made.stderr
