@@ -1,25 +1,33 @@
-"""Writes the copy of a cluster YAML that `make up` and `make preflight` launch for SPOT=1, MIN_WORKERS=N, AUTODOWN=N or IMAGE.
+"""Writes the copy of a cluster YAML that `make up` and `make preflight` launch for SPOT=1, MIN_WORKERS=N, AUTODOWN=N, IMAGE, NODES=N or TYPE=T.
 
-    make up SPOT=1                  # workers on spot capacity; the head stays on demand
+    make up SPOT=1                  # spot workers, falling back type by type, then to on demand; the head on demand
     make up MIN_WORKERS=0           # the head alone at first; the autoscaler adds workers when asked
     make up AUTODOWN=60             # the head tears the cluster down 60 minutes after its last job
     make up AUTODOWN=0              # no autodown: the cluster runs until `make down`
     make up IMAGE=127.0.0.1:5000/pong-on-ray:ray2.60.0-py311   # every node pulls the image `make image-push` pushed
+    make up NODES=2 TYPE=c5.4xlarge # 2 nodes of 8 cores (EC2's DefaultCores of c5.4xlarge): fits 32 vCPUs
     make preflight SPOT=1           # checks the same copy: spot quota, spot price in each zone
     PYTHONPATH=job/pong .venv/bin/python cluster/variant.py cluster/aws.yaml --spot 1 --out /tmp/aws-spot.yaml
 
-The YAML stays the one source of both choices: it holds an on-demand worker type
-(ray.worker.default, with the workers) and a spot one (ray.worker.spot, whose node_config
+The YAML stays the one source of every choice: it holds an on-demand worker type
+(ray.worker.default, with the workers) and spot ones (ray.worker.spot and its kin, whose node_config
 carries InstanceMarketOptions, with none). For those, the copy differs in worker counts only:
---spot 1 gives the spot type the workers and the on-demand type none, and --min-workers N
-sets the minimum of whichever type has them. The head's type is never touched.
+--spot 1 lets every spot type and the on-demand one have up to the most workers and none at first
+(the head's autoscaler starts them when a job asks, trying the types by priority and moving past one
+EC2 refused: infra/autoscaler/try_in_order.py), and --min-workers N (SPOT=0 only) sets the minimum of
+the on-demand type. --nodes N and --instance-type T (sized) resize it: T for the head and the workers
+of the head's type, T's size in each other spot type's family (a type EC2 lacks, or of other cores, is
+left out), resources.CPU and --num-cpus at T's physical cores as EC2 describes them
+(DescribeInstanceTypes, VCpuInfo.DefaultCores), max_workers and the workers' counts at N - 1.
 --autodown N starts infra/autodown.py on the head, from the last of head_start_ray_commands, with
 --idle-minutes N, in place of the YAML's own (cluster/aws.yaml has one; local.yaml none); 0 leaves
 it out. --image NAME (with_image) makes every node pull NAME instead of building the image. Alone,
 either leaves the worker counts as they are, so both fit cluster/local.yaml too, which has no worker
-types. Prints one line, `variant cluster=... out=... node_type=... market=... min_workers=N
-max_workers=M autodown_minutes=N|off image=...` (node_type to max_workers only for a YAML of worker
-types or when SPOT or MIN_WORKERS change them); a mistake is one line and exit 2.
+types. Prints one line, `variant cluster=... out=... [nodes=N instance_type=T cpus_per_node=C]
+node_type=... market=... min_workers=N max_workers=M autodown_minutes=N|off image=...` (node_type to
+max_workers only for a YAML of worker types or when SPOT or MIN_WORKERS change them; node_type lists
+the types that may have workers in the order they are tried); a mistake is one line and exit 2, and
+EC2 out of reach (no credentials, no network) one line and exit 1.
 """
 
 import copy

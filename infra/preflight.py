@@ -1,6 +1,7 @@
 """Checks an AWS cluster launcher config against your AWS account before anyone pays.
 
     make preflight                                          # CLUSTER=cluster/aws.yaml
+    make preflight NODES=2 TYPE=c5.4xlarge                  # the copy `make up` launches of that size
     PYTHONPATH=job/pong .venv/bin/python infra/preflight.py cluster/aws.yaml    # the same, by hand
 
 Reads the YAML as `ray up` does (Ray's defaults filled in, Ray's validator run) and asks
@@ -15,7 +16,14 @@ AWS, with read-only calls, whether `ray up` can get what the YAML asks for:
                       and Ubuntu version
     quota             the vCPU quota the nodes count against (on demand: L-1216C47A,
                       Running On-Demand Standard instances; spot: L-34B43A08), minus what
-                      already runs in the region, against what the YAML needs
+                      already runs in the region, against what the YAML needs (with
+                      SPOT=1, fallback_need: the on-demand vCPUs of workers in place of spot)
+    size              the most nodes of the head's instance type the free vCPUs hold today
+                      (free // vCPUs a node); when fewer than the YAML's, the size of the type's
+                      family in infra/prices.yaml with the most cores that fits (NODES= TYPE=)
+    quota-request     the Service Quotas request for the full cluster (--full, the YAML's own
+                      size: 11 x c5.9xlarge = 396 on-demand vCPUs, and with spot 360 spot ones),
+                      as the `aws service-quotas request-service-quota-increase` command
     key-pair          a KeyName, if the YAML names one, exists; its private key is here
     instance-profile  each IamInstanceProfile named exists, and its role holds the statements
                       `make iam` gives it (infra/iam/; bucket rights aside); Ray's own role if none
