@@ -871,3 +871,37 @@ def test_a_fresh_start_plays_its_first_update_with_a_fresh_policys_episode_lengt
     _, projected = model.project(found, 1, 16, 300, samples=20)
     two = model.seconds_for_updates(projected, 300, 2)  # update 1 fresh, update 2 in learning's first stage
     assert two == pytest.approx(projected[0]["update"]["seconds"] + projected[1]["update"]["seconds"])
+
+
+@pytest.mark.parametrize("size", [("2", "c5.4xlarge"), ("11", "c5.9xlarge")], ids=["2xc5.4xlarge", "default"])
+def test_make_plan_of_a_size_plans_the_cluster_make_up_launches(aws, tmp_path, size):
+    """`make up NODES=N TYPE=T` launches N nodes of EC2's physical cores of T each (cluster/variant.py, against
+    moto); `make plan NODES=N CPUS=<those cores> TYPE=T` projects as many actors, at T's price an hour."""
+    nodes, instance_type = size
+    copy_path = tmp_path / "copy.yaml"
+    made = run(
+        [sys.executable, "cluster/variant.py", "cluster/aws.yaml", "--nodes", nodes, "--instance-type", instance_type]
+        + ["--out", str(copy_path)],
+        clean_env(PYTHONPATH=str(JOB_DIR)),
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stdout + made.stderr
+    launched = yaml.safe_load(copy_path.read_text())
+    types = launched["available_node_types"]
+    head, worker = types[launched["head_node_type"]], types["ray.worker.default"]
+    cpus = {head["resources"]["CPU"], worker["resources"]["CPU"]}
+    assert len(cpus) == 1 and worker["min_workers"] == worker["max_workers"] == launched["max_workers"], launched
+    (cores,) = cpus
+    planned = run(
+        ["make", "plan", f"NODES={nodes}", f"CPUS={cores}", f"TYPE={instance_type}"], clean_env(), timeout=120
+    )
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    [projection] = [fields(line) for line in only(planned.stdout, "plan projection ")]
+    [price] = [fields(line) for line in only(planned.stdout, "dollars_per_hour=")]
+    in_copy = cores * (1 + worker["min_workers"])  # the head and the workers `ray up` starts
+    assert int(projection["nodes"]) * int(projection["cpus_per_node"]) == in_copy, (projection, launched)
+    assert int(projection["actors"]) == min(in_copy, 300), projection
+    with open(REPO / "infra" / "prices.yaml") as f:
+        usd = yaml.safe_load(f)["usd_per_hour"]["us-west-2"][instance_type]
+    assert (price["instance_type"], float(price["usd_per_node_hour"])) == (instance_type, usd), price
+    assert float(price["dollars_per_hour"]) == pytest.approx(int(nodes) * usd), price

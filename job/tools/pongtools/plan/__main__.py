@@ -29,6 +29,9 @@ def parser():
     q.add_argument(
         "--cluster", default="cluster/aws.yaml", help="cluster YAML whose head instance type and region set the price"
     )
+    q.add_argument(
+        "--instance-type", help="price nodes of this instance type (make up TYPE=) in the cluster YAML's region"
+    )
     q.add_argument("--prices", default="infra/prices.yaml", help="the price file (default infra/prices.yaml)")
     q.add_argument("--usd-per-node-hour", type=float, help="price of one node an hour, instead of the cluster YAML's")
     q.add_argument(
@@ -134,7 +137,7 @@ def project(a):
     if a.usd_per_node_hour is not None:
         price = report.given_price(a.usd_per_node_hour)
     else:
-        price = report.price_of(a.cluster, a.prices)
+        price = report.price_of(a.cluster, a.prices, a.instance_type)
     args = (a.core_rate, a.network_gbps, a.samples, a.seed)
     known = milestones.known(found.get("milestones", {}), a.batch_size, "running_reward_0")
     result, stages = model.project(found, a.nodes, a.cpus, a.batch_size, *args, known=known)

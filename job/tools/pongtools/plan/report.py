@@ -17,14 +17,15 @@ class Price:
     source: str
 
 
-def price_of(cluster_path, prices_path):
-    """The Price of the head node type of a cluster YAML, from the price file `make preflight`
-    reads too (infra/prices.yaml)."""
+def price_of(cluster_path, prices_path, instance_type=None):
+    """The Price of the head node type of a cluster YAML (or of instance_type, `make up TYPE=`, in its
+    region), from the price file `make preflight` reads too (infra/prices.yaml)."""
     try:
         with open(cluster_path) as f:
             config = yaml.safe_load(f)
         head = config["available_node_types"][config["head_node_type"]]["node_config"]["InstanceType"]
         region = config["provider"]["region"]
+        head = instance_type or head
     except (OSError, yaml.YAMLError, KeyError, TypeError):
         raise PlanError(
             f"cannot read the head's InstanceType and provider.region from {cluster_path}; "
