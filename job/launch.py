@@ -157,10 +157,10 @@ def autodown_state(line, minutes):
     said = fields(line or "")
     if line and line.startswith(("autodown refused", "autodown failed")):
         word = line.split()[1]
-        why = said.get("error") or said.get("detail") or "see make status"
+        why = said.get("error") or "see make status"
         return word, (
-            f"its head's autodown {word} to tear it down ({why}): it will not go down by itself "
-            f"(autodown's last line: {line})"
+            f"the teardown by its head's autodown {'was refused' if word == 'refused' else 'failed'} ({why}): it "
+            f"will not go down by itself, autodown's last line says: {line}"
         )
     if not minutes:
         return "none", "no autodown tears it down: it runs until make down"

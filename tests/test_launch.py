@@ -275,8 +275,8 @@ FAILED = "autodown failed action=terminate error=RequestLimitExceeded note=the_c
 @pytest.mark.parametrize(
     "line, minutes, word, words",
     [
-        (REFUSED, 20.0, "refused", "refused to tear it down (UnauthorizedOperation): it will not go down by itself"),
-        (FAILED, 20.0, "failed", "failed to tear it down (RequestLimitExceeded): it will not go down by itself"),
+        (REFUSED, 20.0, "refused", "autodown was refused (UnauthorizedOperation): it will not go down by itself"),
+        (FAILED, 20.0, "failed", "autodown failed (RequestLimitExceeded): it will not go down by itself"),
         ("autodown busy running=1 idle_s=0", 20.0, "after_20_idle_minutes", "takes it down 20 minutes after"),
         (None, 20.0, "unseen", "no line of its autodown watcher was seen"),
         ("autodown busy running=1 idle_s=0", 0.0, "none", "no autodown tears it down"),
