@@ -12,16 +12,25 @@ MAKEFLAGS += --no-print-directory
 CLUSTER ?= cluster/aws.yaml
 # `make up` and `make preflight`: SPOT=1 puts the workers on spot capacity (the head stays on demand);
 # MIN_WORKERS=N starts N workers (0 up to the YAML's most) and lets the autoscaler add the rest.
-# AUTODOWN=N: the head tears the cluster down N minutes after its last job (0: never; empty: as the
-# YAML says: 20 for cluster/aws.yaml, none for cluster/local.yaml).
+# AUTODOWN=N: the head tears the cluster down N minutes after its last job, N >= 5 (0: never, its watcher
+# only stops jobs at their MAX_HOURS; empty: as the YAML says: 20 for cluster/aws.yaml, 0 for cluster/local.yaml).
+# MAX_NODE_HOURS=h: every node ends itself h hours after `ray up` set it up, h >= 0.5 (empty: the YAML's, 4
+# for cluster/aws.yaml), the backstop that needs no AWS right (docs/aws.md).
 # Any of them launches a copy of CLUSTER that cluster/variant.py writes into VARIANT_DIR.
 SPOT ?= 0
 MIN_WORKERS ?=
 AUTODOWN ?=
+MAX_NODE_HOURS ?=
 # `make up IMAGE=<registry>/<name:tag>`: every node pulls that image (as `make image-push` printed it)
 # instead of building it; also a copy of CLUSTER written by cluster/variant.py. Only from make's command
 # line: an IMAGE exported in the shell is refused (need-own-image), not used or dropped without a word.
 IMAGE ?=
+# `make image-push` records the image it pushed in PUSHED_IMAGE_FILE: `make up`, `make run` and `make preflight`
+# of cluster/aws.yaml pull it when it is in ECR, unless IMAGE is given (`IMAGE=` builds). A line before the token says which.
+PUSHED_IMAGE_FILE ?= .cache/pushed-image
+ifeq ($(origin IMAGE):$(CLUSTER),file:cluster/aws.yaml)
+IMAGE := $(shell sed -n 's/^IMAGE=\([0-9]*\.dkr\.ecr\.[^/]*\/.*\)/\1/p' $(PUSHED_IMAGE_FILE) 2>/dev/null)
+endif
 # `make image-push`: the registry (host:port[/path]) to push the built image to.
 REGISTRY ?=
 # `make iam BUCKET=<name>`: the S3 bucket of the runs (--run-dir s3://<name>/...), which the head's role may use.
@@ -103,8 +112,8 @@ LOCK := $(UV) pip compile --quiet --universal --python-version 3.11 --generate-h
 # The job's package is the folder inside job/$(JOB) that has a train module.
 PACKAGE = $(notdir $(patsubst %/train.py,%,$(wildcard job/$(JOB)/*/train.py)))
 JOBS = $(notdir $(patsubst %/,%,$(dir $(patsubst %/,%,$(dir $(wildcard job/*/*/train.py))))))
-# The launcher config of `make up` and `make preflight`: CLUSTER, or its variant for SPOT, MIN_WORKERS, AUTODOWN or IMAGE.
-LAUNCH = $(if $(filter-out 0,$(SPOT))$(MIN_WORKERS)$(AUTODOWN)$(IMAGE),$(VARIANT_DIR)/$(basename $(notdir $(CLUSTER)))-spot$(SPOT)$(if $(MIN_WORKERS),-min$(MIN_WORKERS))$(if $(AUTODOWN),-autodown$(AUTODOWN))$(if $(IMAGE),-pull).yaml,$(CLUSTER))
+# The launcher config of `make up` and `make preflight`: CLUSTER, or its variant for SPOT, MIN_WORKERS, AUTODOWN, MAX_NODE_HOURS or IMAGE.
+LAUNCH = $(if $(filter-out 0,$(SPOT))$(MIN_WORKERS)$(AUTODOWN)$(MAX_NODE_HOURS)$(IMAGE),$(VARIANT_DIR)/$(basename $(notdir $(CLUSTER)))-spot$(SPOT)$(if $(MIN_WORKERS),-min$(MIN_WORKERS))$(if $(AUTODOWN),-autodown$(AUTODOWN))$(if $(MAX_NODE_HOURS),-hours$(MAX_NODE_HOURS))$(if $(IMAGE),-pull).yaml,$(CLUSTER))
 # How every tool target runs its tool, $(PONGTOOLS).<tool>: a module of the tools package job/tools/pongtools
 # (never shipped), which imports the job's package pgpong (job/pong).
 PONGTOOLS = PYTHONPATH=job/pong:job/tools python -m pongtools
@@ -128,9 +137,13 @@ define need-cluster-file
 if [[ ! -f "$(CLUSTER)" ]]; then \
   echo "make: cluster config $(CLUSTER) does not exist; pass CLUSTER=<file.yaml>" >&2; exit 1; fi
 endef
+# Checks CLUSTER and the choices (a mistake: one line, exit 2, nothing written), writes the launched copy if
+# any choice asks for one, and prints variant's line: what is launched, its autodown and backstop.
 define write-variant
-if [[ "$(LAUNCH)" != "$(CLUSTER)" ]]; then \
-  PYTHONPATH=job/pong $(BIN)/python cluster/variant.py $(CLUSTER) --spot "$(SPOT)" $(if $(MIN_WORKERS),--min-workers "$(MIN_WORKERS)") $(if $(AUTODOWN),--autodown "$(AUTODOWN)") $(if $(IMAGE),--image "$(IMAGE)") --out $(LAUNCH); fi
+PYTHONPATH=job/pong $(BIN)/python cluster/variant.py "$(CLUSTER)" --spot "$(SPOT)" $(if $(MIN_WORKERS),--min-workers "$(MIN_WORKERS)") $(if $(AUTODOWN),--autodown "$(AUTODOWN)") $(if $(MAX_NODE_HOURS),--max-node-hours "$(MAX_NODE_HOURS)") $(if $(IMAGE),--image "$(IMAGE)") $(if $(filter-out $(CLUSTER),$(LAUNCH)),--out "$(LAUNCH)")
+endef
+define say-image
+echo "image path=$(if $(IMAGE),pull image=$(IMAGE) from=$(if $(filter file,$(origin IMAGE)),$(PUSHED_IMAGE_FILE),IMAGE),build image=$(shell sed -n 's/^IMAGE=//p' infra/image.env) on=every_node)"
 endef
 # IMAGE decides what every node runs, so it must be said on make's command line: one taken from the
 # shell's environment (`?=` reads it) is refused, since using it and dropping it would both be a guess.
@@ -237,10 +250,11 @@ local-down: $(INSTALLED) ## Stop the head that local-up started, and only it (ot
 ##@ Launched cluster (the launcher config CLUSTER: cluster/aws.yaml, or cluster/local.yaml)
 
 .PHONY: up
-up: $(INSTALLED) ## Launch or update the cluster: make token, then ray up -y CLUSTER (SPOT=1: spot workers; MIN_WORKERS=N; AUTODOWN=N minutes)
+up: $(INSTALLED) ## Launch or update the cluster: make token, then ray up -y CLUSTER (SPOT=1: spot workers; MIN_WORKERS=N; AUTODOWN=N minutes; MAX_NODE_HOURS=h)
 	@$(need-cluster-file)
 	@$(need-own-image)
 	@$(write-variant)
+	@$(say-image)
 	@$(make-token)
 	ray up -y $(LAUNCH)
 
@@ -251,6 +265,7 @@ run: $(TOOLS) ## Up, submit JOB with ARGS (MAX_HOURS: its cap), follow, fetch th
 	@$(need-own-image)
 	@python job/launch.py --check --cluster $(CLUSTER) $(LAUNCH_ARGS) -- $(ARGS)
 	@$(write-variant)
+	@$(say-image)
 	@$(make-token)
 	@python job/launch.py --cluster $(LAUNCH) $(LAUNCH_ARGS) -- $(ARGS)
 
@@ -272,7 +287,7 @@ image: ## Build the cluster image from infra/Dockerfile (name in infra/image.env
 
 .PHONY: image-push
 image-push: ## Push the built image to REGISTRY (host:port[/path]) once; prints the IMAGE=... for `make up IMAGE=`
-	@REGISTRY="$(REGISTRY)" infra/push-image.sh
+	@REGISTRY="$(REGISTRY)" PUSHED_IMAGE_FILE="$(PUSHED_IMAGE_FILE)" infra/push-image.sh
 
 .PHONY: iam
 iam: $(INSTALLED) ## Make or find the head's and workers' IAM roles and instance profiles CLUSTER names (BUCKET=: S3 run bucket)

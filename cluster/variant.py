@@ -1,12 +1,14 @@
-"""Writes the copy of a cluster YAML that `make up` and `make preflight` launch for SPOT=1, MIN_WORKERS=N, AUTODOWN=N or IMAGE.
+"""Writes the copy of a cluster YAML that `make up` and `make preflight` launch for SPOT=1, MIN_WORKERS=N, AUTODOWN=N, MAX_NODE_HOURS or IMAGE.
 
     make up SPOT=1                  # workers on spot capacity; the head stays on demand
     make up MIN_WORKERS=0           # the head alone at first; the autoscaler adds workers when asked
     make up AUTODOWN=60             # the head tears the cluster down 60 minutes after its last job
-    make up AUTODOWN=0              # no autodown: the cluster runs until `make down`
+    make up AUTODOWN=0              # caps only: the watcher stops a job at its MAX_HOURS, never the cluster
+    make up MAX_NODE_HOURS=8        # every node ends itself 8 hours after `ray up` (the backstop; default 4)
     make up IMAGE=127.0.0.1:5000/pong-on-ray:ray2.60.0-py311   # every node pulls the image `make image-push` pushed
     make preflight SPOT=1           # checks the same copy: spot quota, spot price in each zone
     PYTHONPATH=job/pong .venv/bin/python cluster/variant.py cluster/aws.yaml --spot 1 --out /tmp/aws-spot.yaml
+    PYTHONPATH=job/pong .venv/bin/python cluster/variant.py cluster/aws.yaml   # no --out: checks it, writes nothing
 
 The YAML stays the one source of both choices: it holds an on-demand worker type
 (ray.worker.default, with the workers) and a spot one (ray.worker.spot, whose node_config
@@ -14,12 +16,16 @@ carries InstanceMarketOptions, with none). For those, the copy differs in worker
 --spot 1 gives the spot type the workers and the on-demand type none, and --min-workers N
 sets the minimum of whichever type has them. The head's type is never touched.
 --autodown N starts infra/autodown.py on the head, from the last of head_start_ray_commands, with
---idle-minutes N, in place of the YAML's own (cluster/aws.yaml has one; local.yaml none); 0 leaves
-it out. --image NAME (with_image) makes every node pull NAME instead of building the image. Alone,
-either leaves the worker counts as they are, so both fit cluster/local.yaml too, which has no worker
-types. Prints one line, `variant cluster=... out=... node_type=... market=... min_workers=N
-max_workers=M autodown_minutes=N|off image=...` (node_type to max_workers only for a YAML of worker
-types or when SPOT or MIN_WORKERS change them); a mistake is one line and exit 2.
+--idle-minutes N, in place of the YAML's own (both YAMLs have one: aws.yaml 20, local.yaml 0); 0 is
+the watcher that enforces job caps only and never tears down. --max-node-hours H sets the hours of the
+backstop step of initialization_commands (infra/backstop.sh; aws.yaml's is 4; local.yaml has none).
+--image NAME (with_image) makes every node pull NAME instead of building the image. Alone, each
+leaves the worker counts as they are, so --autodown and --image fit cluster/local.yaml too, which has
+no worker types. Prints one line, `variant cluster=... out=... node_type=... market=... min_workers=N
+max_workers=M autodown_minutes=N|caps_only|off max_node_hours=H|none image=...` (node_type to
+max_workers only for a YAML of worker types or when SPOT or MIN_WORKERS change them); without --out
+it writes nothing and out is the cluster file itself, which `make up` then launches as it is. A
+mistake, in the flags or in the cluster file, is one line and exit 2, and nothing is written.
 """
 
 import copy
@@ -28,7 +34,7 @@ import shlex
 from pathlib import Path
 
 import yaml
-from pgpong.cli import Parser, at_least, checked, fail, non_negative  # job/pong on PYTHONPATH, as the Makefile sets it
+from pgpong.cli import Parser, at_least, checked, fail, non_negative, positive  # job/pong on PYTHONPATH (Makefile)
 from pgpong.logline import kv
 
 
@@ -75,8 +81,23 @@ AUTODOWN_COMMAND = (
 )
 
 
+# The fewest idle minutes AUTODOWN may ask for (0 aside). The watcher counts idle time from its own start
+# when no job has run yet, and `make run` submits its job only after `ray up` returns and the dashboard's
+# tunnel opens: with less, the head could tear the cluster down before the job it was brought up for
+# arrives. Five minutes also cover several of the watcher's looks (every 30 s).
+AUTODOWN_LEAST_MINUTES = 5
+
+
+def autodown_arg(text):
+    """AUTODOWN's minutes: 0 (caps only) or at least AUTODOWN_LEAST_MINUTES; ValueError otherwise."""
+    value = non_negative(text)
+    if 0 < value < AUTODOWN_LEAST_MINUTES:
+        raise ValueError(text)
+    return value
+
+
 def autodown_minutes(config):
-    """The --idle-minutes of the watcher that config's head starts, or None when it starts none."""
+    """The --idle-minutes of the watcher that config's head starts (0: caps only), or None when it starts none."""
     for command in config.get("head_start_ray_commands", []):
         if AUTODOWN in command:
             return float(command.split("--idle-minutes", 1)[1].split()[0])
@@ -84,12 +105,51 @@ def autodown_minutes(config):
 
 
 def with_autodown(config, minutes):
-    """A copy of config whose head starts the watcher with `minutes` (none when 0), in place of its own."""
+    """A copy of config whose head starts the watcher with `minutes` (0: caps only), in place of its own."""
     config = copy.deepcopy(config)
     commands = [c for c in config.get("head_start_ray_commands", []) if AUTODOWN not in c]
-    if minutes:
-        commands.append(AUTODOWN_COMMAND.format(minutes=f"{minutes:g}"))
+    commands.append(AUTODOWN_COMMAND.format(minutes=f"{minutes:g}"))
     config["head_start_ray_commands"] = commands
+    return config
+
+
+# The backstop step of cluster/aws.yaml's initialization_commands: `bash .../infra/backstop.sh HOURS`.
+BACKSTOP_STEP = re.compile(r"^(bash \S+/infra/backstop\.sh) (\S+)$")
+# The fewest hours MAX_NODE_HOURS may ask for: a node must outlive its bring-up and a run (`make plan`'s
+# end_to_end line: about 11 minutes from `make up` to `make down` at batch 300), with room to spare.
+MAX_NODE_HOURS_LEAST = 0.5
+
+
+def node_hours_arg(text):
+    """MAX_NODE_HOURS: hours of at least MAX_NODE_HOURS_LEAST; ValueError otherwise."""
+    value = positive(text)
+    if value < MAX_NODE_HOURS_LEAST:
+        raise ValueError(text)
+    return value
+
+
+def backstop_steps(config):
+    """[(index, its match)] of the backstop steps in config's initialization_commands."""
+    steps = config.get("initialization_commands") or []
+    return [(n, m) for n, m in ((n, BACKSTOP_STEP.match(str(s).strip())) for n, s in enumerate(steps)) if m]
+
+
+def max_node_hours(config):
+    """The hours after which each node of config ends itself (its backstop step's), or None when it has none."""
+    found = backstop_steps(config)
+    return float(found[0][1].group(2)) if found else None
+
+
+def with_max_node_hours(config, hours):
+    """A copy of config whose backstop step ends each node `hours` after its setup. ValueError without one."""
+    found = backstop_steps(config)
+    if len(found) != 1:
+        raise ValueError(
+            f"needs exactly one backstop step (bash .../infra/backstop.sh HOURS) to set MAX_NODE_HOURS, has {len(found)}"
+        )
+    config = copy.deepcopy(config)
+    ((n, match),) = found
+    config["initialization_commands"][n] = f"{match.group(1)} {hours:g}"
     return config
 
 
@@ -116,11 +176,36 @@ def pull_command(image):
     return f"{helper} && {config} && {pull}"
 
 
+# A name Docker accepts, as the distribution/reference Go module (what Docker parses image names with) writes
+# its ReferenceRegexp in regexp.go (github.com/distribution/reference, commit 00a09fa): [domain[:port]/]path
+# [:tag][@digest], path components lowercase; and at most 255 characters of name (NameTotalLengthMax,
+# reference.go). ASCII: Go's \w is [0-9A-Za-z_].
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[(?:[a-fA-F0-9:]+)\])(?::[0-9]+)?"
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*"
+_NAME = rf"(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
+_TAG = r"[\w][\w.-]{0,127}"
+_DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
+DOCKER_REFERENCE = re.compile(rf"^({_NAME})(?::{_TAG})?(?:@{_DIGEST})?$", re.ASCII)
+NAME_TOTAL_LENGTH_MAX = 255
+
+
+def is_docker_reference(image):
+    """Whether Docker would accept `image` as an image name (a reference): see DOCKER_REFERENCE."""
+    found = DOCKER_REFERENCE.match(image)
+    return bool(found) and len(found.group(1)) <= NAME_TOTAL_LENGTH_MAX
+
+
 def with_image(config, image):
     """A copy of a cluster config whose nodes pull `image` (REGISTRY/name:tag, as `make image-push`
     printed it) instead of building one: docker.image is it, pull_before_run true (Ray's own
     `docker pull` before it starts the container, so a tag pushed again is fetched again), and the
     build step of initialization_commands becomes pull_command(image). ValueError says what is wrong."""
+    if not is_docker_reference(image):
+        raise ValueError(
+            f"IMAGE={image!r} is not an image name Docker accepts (lowercase, no spaces: <registry>/<name:tag>,"
+            " as make image-push printed it)"
+        )
     if "/" not in image or image.startswith("/") or not image.split("/", 1)[1]:
         raise ValueError(
             f"IMAGE={image} names no registry; pass IMAGE=<registry>/<name:tag> as make image-push printed it"
@@ -135,6 +220,23 @@ def with_image(config, image):
     return config
 
 
+def read_cluster(path):
+    """The cluster config in the YAML at path, as a dict with a docker.image: the project's clusters run
+    every node in the image. ValueError says what is wrong (OSError, UnicodeDecodeError, yaml.YAMLError: unreadable)."""
+    config = yaml.safe_load(Path(path).read_text())
+    if config is None:
+        raise ValueError("is empty; pass CLUSTER=<file.yaml>, e.g. cluster/aws.yaml")
+    if not isinstance(config, dict):
+        raise ValueError(f"is not a cluster config (a YAML mapping of keys, not a {type(config).__name__})")
+    docker = config.get("docker")
+    if not isinstance(docker, dict) or not docker.get("image"):
+        raise ValueError(
+            "has no docker: section naming an image (docker.image); every node runs the job in the image,"
+            " as cluster/aws.yaml says"
+        )
+    return config
+
+
 def main(argv=None):
     p = Parser(prog="variant", description=__doc__.splitlines()[0])
     p.add_argument("cluster", help="the cluster YAML, e.g. cluster/aws.yaml")
@@ -142,14 +244,20 @@ def main(argv=None):
     p.add_argument("--min-workers", type=at_least(0), help="the fewest workers (MIN_WORKERS; default: the YAML's)")
     p.add_argument(
         "--autodown",
-        type=checked(non_negative, "minutes >= 0 (0: none)"),
-        help="minutes idle before the head tears the cluster down; 0: never",
+        type=checked(autodown_arg, f"0 (caps only) or minutes >= {AUTODOWN_LEAST_MINUTES}"),
+        help=f"minutes idle before the head tears the cluster down, at least {AUTODOWN_LEAST_MINUTES} (its watcher"
+        " counts from its own start, which may be before the first job arrives); 0: never, job caps only",
+    )
+    p.add_argument(
+        "--max-node-hours",
+        type=checked(node_hours_arg, f"hours >= {MAX_NODE_HOURS_LEAST:g}"),
+        help="hours after its setup at which every node ends itself, the backstop (MAX_NODE_HOURS; default: the YAML's)",
     )
     p.add_argument("--image", help="REGISTRY/name:tag that every node pulls instead of building the image (IMAGE)")
-    p.add_argument("--out", required=True, help="the YAML to write")
+    p.add_argument("--out", help="the YAML to write (none: check the cluster file, write nothing)")
     a = p.parse_args(argv)
     try:
-        config = yaml.safe_load(Path(a.cluster).read_text())
+        config = read_cluster(a.cluster)
         made, node_type = config, None
         # A YAML of node types (aws.yaml) always names its worker type; one without (local.yaml: a
         # list of hosts) only when SPOT or MIN_WORKERS asks for one, which then says it has none.
@@ -157,22 +265,36 @@ def main(argv=None):
             made, node_type = variant(config, a.spot == "1", a.min_workers)
         if a.autodown is not None:
             made = with_autodown(made, a.autodown)
+        if a.max_node_hours is not None:
+            made = with_max_node_hours(made, a.max_node_hours)
         if a.image:
             made = with_image(made, a.image)
-    except (OSError, yaml.YAMLError, AttributeError) as error:
+    except (OSError, yaml.YAMLError, AttributeError, UnicodeDecodeError) as error:
         fail(f"cannot read the cluster config {a.cluster} ({error.__class__.__name__}); pass CLUSTER=<file.yaml>")
     except ValueError as error:
         fail(f"{a.cluster} {error}")
+    if a.out:
+        write(made, a)
+    report(made, node_type, a)
+
+
+def write(made, a):
+    """The launched copy at a.out, headed by what made it."""
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     header = (
         f"# Written by cluster/variant.py from {a.cluster} (--spot {a.spot}"
         f"{'' if a.min_workers is None else f' --min-workers {a.min_workers}'}"
         f"{'' if a.autodown is None else f' --autodown {a.autodown:g}'}"
-        f"{f' --image {a.image}' if a.image else ''}): its worker counts, autodown and image are the only\n"
+        f"{'' if a.max_node_hours is None else f' --max-node-hours {a.max_node_hours:g}'}"
+        f"{f' --image {a.image}' if a.image else ''}): its worker counts, autodown, backstop and image are the only\n"
         f"# possible differences. Do not edit: `make up` writes it again; the comments are in {a.cluster}.\n"
     )
     out.write_text(header + yaml.dump(made, Dumper=Expanded, sort_keys=False, width=120))
+
+
+def report(made, node_type, a):
+    """variant's one line: what `make up` launches."""
     workers = {}
     if node_type:
         spec = made["available_node_types"][node_type]
@@ -182,10 +304,18 @@ def main(argv=None):
             min_workers=spec["min_workers"],
             max_workers=spec["max_workers"],
         )
-    minutes = autodown_minutes(made)
-    autodown = f"{minutes:g}" if minutes else "off"
+    minutes, hours = autodown_minutes(made), max_node_hours(made)
+    autodown = "off" if minutes is None else f"{minutes:g}" if minutes else "caps_only"
     print(
-        kv("variant", cluster=a.cluster, out=a.out, **workers, autodown_minutes=autodown, image=made["docker"]["image"])
+        kv(
+            "variant",
+            cluster=a.cluster,
+            out=a.out or a.cluster,
+            **workers,
+            autodown_minutes=autodown,
+            max_node_hours="none" if hours is None else f"{hours:g}",
+            image=made["docker"]["image"],
+        )
     )
 
 

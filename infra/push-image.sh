@@ -7,12 +7,15 @@
 #
 # Tags the image REGISTRY/<name:tag> and pushes it with this machine's Docker login for that
 # registry (for ECR: `aws ecr get-login-password | docker login ...` first, docs/aws.md). Prints
-#   push-image image=REGISTRY/<name:tag> digest=sha256:... seconds=N
-# the name to pass as `make up IMAGE=...`. A mistake (no REGISTRY, no image built, a push the
-# registry refuses) is one line on stderr and exit 2.
+#   push-image image=REGISTRY/<name:tag> digest=sha256:... seconds=N recorded=.cache/pushed-image
+# the name to pass as `make up IMAGE=...`, and records it as IMAGE=... in PUSHED_IMAGE_FILE (default
+# .cache/pushed-image), where `make up` and `make run` of cluster/aws.yaml find an ECR image to pull
+# (Makefile). A mistake (no REGISTRY, no image built, a push the registry refuses) is one line on
+# stderr and exit 2, and records nothing.
 set -eu -o pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+record="${PUSHED_IMAGE_FILE:-$(dirname "$here")/.cache/pushed-image}"
 started=$SECONDS
 
 die() { echo "push-image: $*" >&2; exit 2; }
@@ -34,4 +37,6 @@ fi
 # The push's last line names the digest the registry stored: "<tag>: digest: sha256:... size: N".
 digest="$(sed -n 's/.*digest: \(sha256:[0-9a-f]*\).*/\1/p' <<<"$pushed" | tail -1)"
 [[ -n "$digest" ]] || die "the push of $target printed no digest: $(tail -1 <<<"$pushed")"
-echo "push-image image=$target digest=$digest seconds=$((SECONDS - started))"
+mkdir -p "$(dirname "$record")" && echo "IMAGE=$target" >"$record.part" && mv "$record.part" "$record" \
+    || { echo "push-image: pushed $target, but cannot record it in $record; pass make up IMAGE=$target" >&2; exit 1; }
+echo "push-image image=$target digest=$digest seconds=$((SECONDS - started)) recorded=${record#"$(dirname "$here")/"}"

@@ -90,7 +90,7 @@ def logs(cluster, job_id):
 def status(cluster, job_id):
     print(job_line(cluster.info(job_id), message=True))
     watcher = cluster.autodown_line()
-    if watcher:  # a launched cluster's head: what its autodown watcher saw last (a local head runs none)
+    if watcher:  # what the head's watcher said last: a cap, a refused teardown (make local-up runs none)
         print(watcher)
 
 

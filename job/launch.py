@@ -134,16 +134,23 @@ def cluster_size(config):
     return 1 + workers, int(cpus)
 
 
-def default_cap(trainer, nodes, cpus):
-    """The default time cap of a job with trainer's config on nodes x cpus, in hours, from the plan, and the
-    fields that say how (the module's docstring says why)."""
+def image_path(config):
+    """The plan's path of a launcher config's image: pull where its nodes pull one (`make up IMAGE=...`), else build."""
+    return "pull" if (config.get("docker") or {}).get("pull_before_run") else "build"
+
+
+def default_cap(trainer, nodes, cpus, path="build"):
+    """The default time cap of a job with trainer's config on nodes x cpus whose image comes by path (the
+    plan's build or pull), in hours, from the plan, and the fields that say how (the module's docstring
+    says why)."""
     from pongtools.plan import endtoend, inputs, model
 
     actors = nodes * cpus if trainer.workers == "auto" else min(nodes * cpus, int(trainer.workers))
     nodes, cpus = math.ceil(actors / cpus), min(cpus, actors)  # the nodes the job's actors fill
     _, stages = model.project(inputs.load_inputs(), nodes, cpus, trainer.batch_size)
     per_update = max(stage["update"]["seconds"] for stage in stages)
-    bring_up = endtoend.timeline(endtoend.load(), nodes - 1, 0.0)["workers"][0]
+    parts, _ = endtoend.load()
+    bring_up = endtoend.timeline(parts, nodes - 1, 0.0, path)["workers"][0]
     floor = bring_up + trainer.actor_wait_s
     hours = math.ceil(CAP_MARGIN * (floor + trainer.updates * per_update) / 36) / 100  # up to 0.01 h
     why = dict(updates=trainer.updates, seconds_per_update=per_update, nodes=nodes, cpus_per_node=cpus)
@@ -360,8 +367,8 @@ class Launch:
 
     def run(self):
         status, agent, cluster = "NOT_STARTED", None, "none"
+        self.up = True  # from the line on, Ctrl-C's message must come
         say(step="up", cluster=self.a.cluster)
-        self.up = True
         try:
             if self.ray("up", "-y", "--no-restart", self.a.cluster) != 0:
                 status = "UP_FAILED"
@@ -457,7 +464,7 @@ def main(argv=None):
     if a.max_hours:
         say(step="cap", max_hours=a.max_hours, source="MAX_HOURS")
     else:
-        capped, why = default_cap(trainer, *cluster_size(config))
+        capped, why = default_cap(trainer, *cluster_size(config), image_path(config))
         a.max_hours = f"{capped:g}"
         say(step="cap", max_hours=a.max_hours, source="plan", **why)
     launch = Launch(a, config)

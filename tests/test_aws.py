@@ -230,6 +230,44 @@ def test_ray_launches_every_node_on_the_current_ubuntu_image(aws, monkeypatch):
     assert not [i for i in instances if "InstanceLifecycle" in i], "an on-demand cluster started a spot instance"
 
 
+def shutdown_behaviors(ids):
+    """{instance id: what EC2 does when its OS shuts it down}, as EC2 describes each instance's attribute."""
+    ec2 = boto("ec2")
+    return {
+        i: ec2.describe_instance_attribute(InstanceId=i, Attribute="instanceInitiatedShutdownBehavior")[
+            "InstanceInitiatedShutdownBehavior"
+        ]["Value"]
+        for i in ids
+    }
+
+
+def test_the_launched_copy_makes_every_node_end_itself_with_no_right_needed(aws, monkeypatch, tmp_path):
+    """The backstop, as `make up SPOT=1 MAX_NODE_HOURS=6` launches it through Ray's bootstrap and node creation:
+    every RunInstances that Ray sends, the head's and the workers', asks EC2 to terminate the instance when its
+    own OS powers it off, and every instance moto starts has that attribute (EC2's default is stop); the
+    copy's first initialization command schedules the power-off 6 hours on (tests/test_aws_hosts.py runs it)."""
+    from ray.autoscaler._private.aws import config as ray_aws
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    monkeypatch.setattr(ray_aws, "time", SimpleNamespace(sleep=lambda seconds: None))
+    copy_path = spot_variant(tmp_path, "--max-node-hours", "6")
+    config = prepare_config(yaml.safe_load(copy_path.read_text()))
+    validate_config(config)
+    assert config["initialization_commands"][0].endswith("/infra/backstop.sh 6"), config["initialization_commands"]
+    launched, requested = launch_as_ray_does(ray_aws.bootstrap_aws(config))
+
+    assert set(launched) == {"ray.head.default", "ray.worker.spot"}, launched
+    calls = [call for calls in requested.values() for call in calls]
+    assert len(calls) >= 2 and {call.get("InstanceInitiatedShutdownBehavior") for call in calls} == {"terminate"}
+    behaviors = shutdown_behaviors([i for ids in launched.values() for i in ids])
+    assert set(behaviors.values()) == {"terminate"}, behaviors
+    # What moto does without the field: EC2's default, so the check above could fail.
+    (plain,) = boto("ec2").run_instances(ImageId=UBUNTU_AMI, InstanceType="c5.9xlarge", MinCount=1, MaxCount=1)[
+        "Instances"
+    ]
+    assert shutdown_behaviors([plain["InstanceId"]]) == {plain["InstanceId"]: "stop"}
+
+
 def launch_as_ray_does(booted):
     """Create the head and each worker type's min_workers nodes of a bootstrapped config through Ray's
     AWSNodeProvider, as `ray up` and then the head's autoscaler create them. A type whose max_workers

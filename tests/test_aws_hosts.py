@@ -8,8 +8,12 @@ The copy of cluster/aws.yaml that `ray up` launches differs from the YAML only w
 - provider: Ray's local provider with the hosts' addresses (head_ip, worker_ips);
 - auth: ubuntu and the test's login key;
 - available_node_types and head_node_type left out: the local provider refuses them ("The field
-  available_node_types is not supported for on-premise clusters") and makes one node type of worker_ips.
+  available_node_types is not supported for on-premise clusters") and makes one node type of worker_ips;
+- the backstop's hours: 0.01 (36 s) in place of 4, as cluster/variant.py's with_max_node_hours writes them
+  (`make up` refuses fewer than 0.5).
 The test asserts that nothing else differs. So the YAML's initialization_commands run unchanged as ubuntu:
+the backstop (infra/backstop.sh) schedules each node's end, and since a test host must not power off this
+machine, each host's /etc names a stand-in command that the test sees fire 36 s later, once per host;
 Docker's apt install is skipped (Docker is there already; the test says so, and
 test_the_apt_step_installs_docker_from_debian_as_a_non_root_sudoer runs that line on its own in a fresh
 container), usermod and the socket's ACL give ubuntu Docker, the token step finds ubuntu's uid 1000 and does
@@ -22,8 +26,8 @@ head_start_ray_commands (autodown's line included) and worker_start_ray_commands
 Two more differences, said where they happen: `ray up` runs with RAY_UP_enable_autoscaler_v2=0 (Ray 2.60's
 second autoscaler counts the head against worker_ips with the local provider's one node type and launches one
 worker too few; on AWS it has the YAML's node types), and the head's watcher, started by the YAML's line with
-20 idle minutes, is started again by the same line with 0.1 minutes (what `make up AUTODOWN=0.1` writes) to take
-the cluster down within the test.
+20 idle minutes, is started again by the same line with 0.1 minutes (variant's with_autodown writes it so; `make
+up` refuses fewer than 5) to take the cluster down within the test.
 """
 
 import os
@@ -33,20 +37,22 @@ import shutil
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from shlex import quote
 
 import pytest
 import yaml
-from harness import REPO, clean_env, run
+from harness import REPO, clean_env, fields, run
 from harness.hosts import LOGIN_UID
-from harness.launched import Launched, lan_of_hosts, lines_of
+from harness.launched import Launched, lan_of_hosts, lines_of, wait_until
+from harness.launcher import clear
 from ray.autoscaler.sdk import get_docker_host_mount_location
 
 sys.path.insert(0, str(REPO / "cluster"))
 sys.path.insert(0, str(REPO / "infra"))
 from autodown import fields as autodown_fields  # noqa: E402  (infra/ is no package)
-from variant import AUTODOWN_COMMAND  # noqa: E402  (cluster/ is no package: `make up` runs variant.py)
+from variant import AUTODOWN_COMMAND, with_max_node_hours  # noqa: E402  (cluster/ is no package: `make up` runs it)
 
 AWS_YAML_PATH = REPO / "cluster" / "aws.yaml"
 AWS_YAML = yaml.safe_load(AWS_YAML_PATH.read_text())
@@ -60,6 +66,11 @@ ACTORS = 20  # Ray puts actors on the head up to half its 18 CPUs, then on a wor
 JOB_ARGS = f"--batch-size {ACTORS} --updates 1 --seed 0 --workers {ACTORS} --run-dir=~/pong-runs/aws-hosts"
 AUTODOWN_MINUTES = 0.1
 AUTODOWN_TIMEOUT_S = 300
+# The backstop: each node's end 36 s after its setup, by a stand-in command in place of the shutdown.
+BACKSTOP = (REPO / "infra" / "backstop.sh").read_text()
+STAND_IN, STAND_IN_STATE = (re.search(rf"^{key}=(\S+)$", BACKSTOP, re.M).group(1) for key in ("STAND_IN", "STATE"))
+BACKSTOP_HOURS = 0.01
+FIRED = "/tmp/pong-backstop-fired"  # on the host: the stand-in's record, one line each time it fires
 # Run in the head's container: the CPUs the cluster declares, as Ray counts them.
 CLUSTER_CPUS = 'python -c \'import ray; ray.init(address="auto", logging_level="ERROR"); print(int(ray.cluster_resources()["CPU"]))\''
 
@@ -111,8 +122,17 @@ def cluster(lan, tmp_path):
         "worker_ips": [host.address for host in lan.hosts[1:]],
     }
     config["auth"] = {"ssh_user": LOGIN, "ssh_private_key": str(lan.login_key)}
+    config = with_max_node_hours(config, BACKSTOP_HOURS)
     changed = {k for k in AWS_YAML.keys() | config.keys() if AWS_YAML.get(k) != config.get(k)}
-    assert changed == {"provider", "auth", *NOT_ON_THE_LOCAL_PROVIDER}, changed
+    assert changed == {"provider", "auth", "initialization_commands", *NOT_ON_THE_LOCAL_PROVIDER}, changed
+    steps = [
+        (a, b)
+        for a, b in zip(AWS_YAML["initialization_commands"], config["initialization_commands"], strict=True)
+        if a != b
+    ]
+    assert [b for _, b in steps] == [steps[0][0].replace("backstop.sh 4", f"backstop.sh {BACKSTOP_HOURS:g}")], steps
+    for host in lan.hosts:
+        set_stand_in(host)
     path = tmp_path / "aws.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     laptop = {"HOME": str(laptop_home), "RAY_UP_enable_autoscaler_v2": "0"}
@@ -121,6 +141,28 @@ def cluster(lan, tmp_path):
         yield launched
     finally:
         launched.close()
+
+
+def set_stand_in(host):
+    """The host's /etc (its own overlay of this machine's) names the command backstop.sh runs in place of a
+    shutdown: it records the time it fired."""
+    written = host.run(["bash", "-c", f"echo {quote(f'date +%s >> {FIRED}')} > {STAND_IN}"])
+    assert written.returncode == 0, written.stderr
+    assert not Path(STAND_IN).exists(), "the stand-in was written to this machine's /etc, not the host's"
+
+
+def backstop_of(host):
+    """(the due time backstop.sh last set on host, [the times its stand-in fired]), in epoch seconds."""
+    state = (host.folder / STAND_IN_STATE.lstrip("/")).read_text()
+    record = host.folder / FIRED.lstrip("/")
+    fired = [int(x) for x in record.read_text().split()] if record.exists() else []
+    return int(re.search(r"due=(\d+)", state).group(1)), fired
+
+
+def fired_on(host):
+    """backstop_of(host) once its stand-in has fired, else None."""
+    due, fired = backstop_of(host)
+    return (due, fired) if fired else None
 
 
 def on_host(host, command, user=LOGIN):
@@ -176,6 +218,15 @@ def test_aws_yaml_as_it_is_starts_three_nodes_as_ubuntu_trains_on_them_and_its_a
     assert lines[-1]["what"] in ("busy", "idle") and "error" not in {line["what"] for line in lines}, lines
     shown = run(lan.laptop(["make", "status", f"ID={job_id}"]), cluster.client_env())
     assert shown.returncode == 0 and shown.stdout.splitlines()[-1].startswith("autodown "), shown.stdout
+
+    # The backstop: on every host, the YAML's first step scheduled the node's end BACKSTOP_HOURS on, and the
+    # stand-in fired once, at that time and not before (the head's line is in `ray up`'s output).
+    head_line = [fields(x) for x in clear(cluster.log.read_text()).splitlines() if "backstop hours=" in x]
+    assert head_line and head_line[0]["seconds"] == "36" and head_line[0]["by"] == "stand_in", head_line
+    for host in lan.hosts:
+        due, fired = wait_until(f"the backstop's stand-in on {host.name}", partial(fired_on, host), 120)
+        assert len(fired) == 1 and due <= fired[0] <= due + 10, (host.name, due, fired)
+    figures["backstop_fired_s_late"] = max(fired[0] - due for due, fired in map(backstop_of, lan.hosts))
 
     # Down by the head's watcher: the YAML's own line again, with 0.1 idle minutes.
     cluster.close_tunnel()
@@ -242,3 +293,52 @@ def test_a_host_that_can_pull_nothing_and_is_not_root_is_told_so_in_one_line_wit
     assert built.returncode == 1 and len(said) == 1, built.stdout + built.stderr
     assert said[0].startswith("build-image: cannot pull rayproject/ray:"), said
     assert "registry-1.docker.io" in said[0] and "needs root" in said[0], said
+
+
+@pytest.mark.docker
+def test_the_backstop_schedules_the_shutdown_or_its_stand_in_and_a_second_run_replaces_the_first(tmp_path):
+    """infra/backstop.sh on one host as ubuntu, as the YAML's first step runs it. Without a stand-in it asks
+    `sudo shutdown -P +MINUTES` (here a sudo that records what it is asked; the real one would power the node
+    off) and a refused sudo is one line and exit 1; a bad HOURS is one line and exit 2. With the stand-in, its
+    command fires after the delay, and a second run before then replaces the first, as logind's single
+    scheduled shutdown is replaced."""
+    cache = tmp_path / "empty-cache"
+    cache.mkdir()
+    os.chown(cache, LOGIN_UID, LOGIN_UID)
+    with lan_of_hosts(tmp_path, ["node"], cache, "/tmp/pong-build", login_user=LOGIN) as lan:
+        (node,) = lan.hosts
+        shutil.copytree(REPO / "infra", node.folder / "tmp" / "pong-build" / "infra")
+        backstop = "bash /tmp/pong-build/infra/backstop.sh"
+        fake = node.folder / "tmp" / "fake-sudo"
+        fake.mkdir()
+        (fake / "sudo").write_text(
+            '#!/bin/bash\necho "$@" > /tmp/sudo-asked\n[ ! -e /tmp/sudo-refuses ] || { echo "sudo: a password is required" >&2; exit 1; }\n'
+        )
+        (fake / "sudo").chmod(0o755)
+        with_fake = f"PATH=/tmp/fake-sudo:$PATH {backstop}"
+
+        asked = on_host(node, f"{with_fake} 4")
+        assert asked.returncode == 0 and asked.stderr == "", asked.stdout + asked.stderr
+        line = fields(asked.stdout.strip())
+        assert (line["hours"], line["seconds"], line["by"]) == ("4", "14400", "shutdown"), asked.stdout
+        wall = "pong backstop: this node ends after 4 hours (MAX_NODE_HOURS)"
+        assert (node.folder / "tmp" / "sudo-asked").read_text() == f"shutdown -P +240 {wall}\n"
+        on_host(node, f"{with_fake} 0.001")  # 3.6 s: a whole minute, the least shutdown can wait
+        assert (node.folder / "tmp" / "sudo-asked").read_text().startswith("shutdown -P +1 ")
+        (node.folder / "tmp" / "sudo-refuses").touch()
+        refused = on_host(node, f"{with_fake} 4")
+        assert refused.returncode == 1 and refused.stdout == "", refused.stdout + refused.stderr
+        assert refused.stderr.strip() == "backstop: cannot schedule the node's shutdown: sudo: a password is required"
+        for bad in ("0", "-1", "soon", ""):
+            said = on_host(node, f"{backstop} {quote(bad)}")
+            assert said.returncode == 2 and said.stdout == "" and len(said.stderr.splitlines()) == 1, said
+
+        set_stand_in(node)
+        first = on_host(node, f"{backstop} 0.005")  # 18 s
+        time.sleep(2)
+        second = on_host(node, f"{backstop} 0.002")  # 7 s: due before the first would have been
+        assert first.returncode == second.returncode == 0, first.stderr + second.stderr
+        assert fields(second.stdout.strip())["by"] == "stand_in" and fields(second.stdout.strip())["seconds"] == "7"
+        time.sleep(25)  # past the first's due time too
+        due, fired = backstop_of(node)
+    assert len(fired) == 1 and due <= fired[0] <= due + 5, (due, fired)

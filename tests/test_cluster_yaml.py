@@ -22,6 +22,10 @@ TOKEN = "~/.ray/auth_token"
 
 
 IMAGE = read_env_file(REPO / "infra" / "image.env")["IMAGE"]
+TAG = IMAGE.split(":")[1]
+# What variant says of an AUTODOWN and a MAX_NODE_HOURS it refuses (then `, not '<the value>'`).
+AUTODOWN_SAYS = "variant: error: argument --autodown: must be 0 (caps only) or minutes >= 5"
+HOURS_SAYS = "variant: error: argument --max-node-hours: must be hours >= 0.5"
 
 
 def prepared(path):
@@ -165,26 +169,28 @@ def autodown_commands(config):
     return [c for c in config["head_start_ray_commands"] if "infra/autodown.py" in c]
 
 
-def test_aws_yaml_starts_autodown_on_the_head_after_ray_as_make_up_autodown_writes_it():
+@pytest.mark.parametrize("path, minutes", [("aws.yaml", 20), ("local.yaml", 0)])
+def test_each_yaml_starts_autodown_on_the_head_after_ray_as_make_up_autodown_writes_it(path, minutes):
     sys.path.insert(0, str(REPO / "cluster"))
     from variant import AUTODOWN_COMMAND
 
-    config = prepared(REPO / "cluster" / "aws.yaml")
-    # After Ray (the watcher asks its Jobs API), once, with the default the YAML's comment justifies.
-    assert config["head_start_ray_commands"][-1] == AUTODOWN_COMMAND.format(minutes=20)
+    config = prepared(REPO / "cluster" / path)
+    # After Ray (the watcher asks its Jobs API), once, with the default the YAML's comment justifies:
+    # on AWS 20 idle minutes; on your own hosts 0, caps only (it stops a job at its MAX_HOURS, never the hosts).
+    assert config["head_start_ray_commands"][-1] == AUTODOWN_COMMAND.format(minutes=minutes)
     assert len(autodown_commands(config)) == 1
     # The file it runs is one of the file_mounts, so the head has it.
     assert config["file_mounts"]["/tmp/pong-build/infra"] == "./infra"
-    assert autodown_commands(prepared(REPO / "cluster" / "local.yaml")) == []  # your own hosts: off
 
 
-@pytest.mark.parametrize("minutes, expected", [("45", "45"), ("0.5", "0.5"), ("0", None)])
-def test_autodown_n_replaces_the_yamls_watcher_and_0_removes_it(tmp_path, minutes, expected):
+@pytest.mark.parametrize("minutes, expected", [("45", "45"), ("5", "5"), ("0", "0")])
+def test_autodown_n_replaces_the_yamls_watcher_and_0_is_caps_only(tmp_path, minutes, expected):
     made, config = write_variant(tmp_path, "--autodown", minutes)
     assert made.returncode == 0, made.stdout + made.stderr
-    assert fields(made.stdout.strip())["autodown_minutes"] == (expected or "off"), made.stdout
+    assert fields(made.stdout.strip())["autodown_minutes"] == ("caps_only" if minutes == "0" else expected), made.stdout
     commands = autodown_commands(config)
-    assert [c.split("--idle-minutes ")[1].split()[0] for c in commands] == ([expected] if expected else [])
+    # AUTODOWN=0 still starts the watcher, with --idle-minutes 0: it enforces job caps and never tears down.
+    assert [c.split("--idle-minutes ")[1].split()[0] for c in commands] == [expected]
     original = prepared(REPO / "cluster" / "aws.yaml")
     for c in (config, original):
         c["head_start_ray_commands"] = [x for x in c["head_start_ray_commands"] if x not in autodown_commands(c)]
@@ -221,8 +227,16 @@ def test_local_yaml_takes_autodown_too(tmp_path):
             "variant: error: argument --spot: invalid choice: 'yes' (choose from '0', '1') (see --help)",
         ),
         (["--min-workers", "-1"], "variant: error: argument --min-workers: must be a whole number >= 0, not '-1'"),
-        (["--autodown", "soon"], "variant: error: argument --autodown: must be minutes >= 0 (0: none), not 'soon'"),
-        (["--autodown", "-5"], "variant: error: argument --autodown: must be minutes >= 0 (0: none), not '-5'"),
+        (["--autodown", "soon"], f"{AUTODOWN_SAYS}, not 'soon'"),
+        (["--autodown", "-5"], f"{AUTODOWN_SAYS}, not '-5'"),
+        # Idle time counts from the watcher's start: the head could go before `make run` submits its job.
+        (["--autodown", "0.001"], f"{AUTODOWN_SAYS}, not '0.001'"),
+        (["--autodown", "4.9"], f"{AUTODOWN_SAYS}, not '4.9'"),
+        (["--max-node-hours", "0"], f"{HOURS_SAYS}, not '0'"),
+        (["--max-node-hours", "-1"], f"{HOURS_SAYS}, not '-1'"),
+        (["--max-node-hours", "0.1"], f"{HOURS_SAYS}, not '0.1'"),
+        (["--max-node-hours", "inf"], f"{HOURS_SAYS}, not 'inf'"),
+        (["--max-node-hours", "soon"], f"{HOURS_SAYS}, not 'soon'"),
         (
             ["--min-workers", "11"],
             "error: cluster/aws.yaml allows at most 10 workers (max_workers), so MIN_WORKERS=11 is too many",
@@ -232,6 +246,14 @@ def test_local_yaml_takes_autodown_too(tmp_path):
             f"error: cluster/aws.yaml IMAGE={IMAGE} names no registry; pass IMAGE=<registry>/<name:tag> as make "
             "image-push printed it",
         ),
+        (
+            ["--image", f"127.0.0.1:5000/pong on ray:{TAG}"],
+            f"error: cluster/aws.yaml IMAGE='127.0.0.1:5000/pong on ray:{TAG}' is not an image name Docker accepts",
+        ),
+        (
+            ["--image", f"127.0.0.1:5000/Pong-On-Ray:{TAG}"],
+            f"error: cluster/aws.yaml IMAGE='127.0.0.1:5000/Pong-On-Ray:{TAG}' is not an image name Docker accepts",
+        ),
     ],
 )
 def test_a_wrong_variant_is_one_line_and_exit_2(tmp_path, args, message):
@@ -239,6 +261,102 @@ def test_a_wrong_variant_is_one_line_and_exit_2(tmp_path, args, message):
     assert made.returncode == 2 and made.stdout == "", made.stdout + made.stderr
     assert made.stderr.strip().startswith(message) and len(made.stderr.strip().splitlines()) == 1, made.stderr
     assert not (tmp_path / "variant.yaml").exists()
+
+
+def test_max_node_hours_on_a_yaml_without_a_backstop_is_one_line_and_exit_2(tmp_path):
+    made, _ = write_variant(tmp_path, "--max-node-hours", "8", cluster="cluster/local.yaml")
+    assert made.returncode == 2 and made.stdout == "", made.stdout + made.stderr
+    assert made.stderr.strip() == (
+        "error: cluster/local.yaml needs exactly one backstop step (bash .../infra/backstop.sh HOURS) to set"
+        " MAX_NODE_HOURS, has 0"
+    ), made.stderr
+    assert not (tmp_path / "variant.yaml").exists()
+
+
+# Cluster files a new user may pass as CLUSTER, and what variant says of each (`make up` and `make run` run it first).
+BAD_CLUSTERS = {
+    "empty": ("", "is empty; pass CLUSTER=<file.yaml>, e.g. cluster/aws.yaml"),
+    "comments only": ("# nothing yet\n", "is empty; pass CLUSTER=<file.yaml>, e.g. cluster/aws.yaml"),
+    "no docker": (
+        "cluster_name: mine\nprovider: {type: local, head_ip: 127.0.0.1}\n",
+        "has no docker: section naming an image (docker.image); every node runs the job in the image, as"
+        " cluster/aws.yaml says",
+    ),
+    "docker without image": ("cluster_name: mine\ndocker: {container_name: c}\n", "has no docker: section naming"),
+    "a list": ("- cluster_name: mine\n", "is not a cluster config (a YAML mapping of keys, not a list)"),
+    "not yaml": ("cluster_name: [mine\n\tdocker: {\n", "(ScannerError); pass CLUSTER=<file.yaml>"),
+    "not text": (b"\x89PNG\r\n\x1a\n\xff\xfe", "(UnicodeDecodeError); pass CLUSTER=<file.yaml>"),
+}
+
+
+def bad_cluster(tmp_path, name):
+    content, said = BAD_CLUSTERS[name]
+    path = tmp_path / "mine.yaml"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return path, said
+
+
+@pytest.mark.parametrize("name", BAD_CLUSTERS)
+@pytest.mark.parametrize("args", [[], ["--spot", "1", "--autodown", "30"]], ids=["plain", "variant"])
+def test_a_cluster_file_that_is_no_cluster_config_is_one_line_and_exit_2(tmp_path, name, args):
+    path, said = bad_cluster(tmp_path, name)
+    made, _ = write_variant(tmp_path, *args, cluster=str(path))
+    assert made.returncode == 2 and made.stdout == "", made.stdout + made.stderr
+    (line,) = made.stderr.splitlines()
+    assert line.startswith(f"error: {path} ") or line.startswith(f"error: cannot read the cluster config {path} "), line
+    assert said in line, line
+    assert not (tmp_path / "variant.yaml").exists()
+
+
+@pytest.mark.parametrize(
+    "variables, said",
+    [
+        (["CLUSTER={bad}"], "has no docker: section naming an image"),
+        (["CLUSTER={bad}", "SPOT=1", "AUTODOWN=30"], "has no docker: section naming an image"),
+        (["AUTODOWN=0.001"], f"{AUTODOWN_SAYS}, not '0.001'"),
+        (["MAX_NODE_HOURS=0"], f"{HOURS_SAYS}, not '0'"),
+        ([f"IMAGE=127.0.0.1:5000/Pong:{TAG}"], "is not an image name Docker accepts"),
+    ],
+    ids=["no-docker", "no-docker-variant", "autodown", "hours", "image"],
+)
+def test_make_up_refuses_a_bad_cluster_file_or_choice_in_one_line_before_ray_up(tmp_path, variables, said):
+    """`make up` as a new user runs it: the mistake is one line (and make's own `Error 2`), exit 2, no `ray up`,
+    no launched copy left behind."""
+    bad, _ = bad_cluster(tmp_path, "no docker")
+    variant_dir = tmp_path / "variant"
+    variables = [v.format(bad=bad) for v in variables]
+    made = run(
+        ["make", "up", *variables, f"VARIANT_DIR={variant_dir}"], clean_env(HOME=str(tmp_path / "home")), timeout=120
+    )
+    # variant's line: the only refusal (`make token`'s own lines may come before it)
+    said_lines = [line for line in made.stderr.splitlines() if line.startswith(("error:", "variant:"))]
+    assert made.returncode == 2 and len(said_lines) == 1 and said in said_lines[0], made.stdout + made.stderr
+    assert "ray up" not in made.stdout + made.stderr and "variant " not in made.stdout, made.stdout
+    assert not variant_dir.exists() or not list(variant_dir.iterdir()), list(variant_dir.iterdir())
+
+
+@pytest.mark.parametrize(
+    "cluster, line",
+    [
+        ("aws.yaml", {"autodown_minutes": "20", "max_node_hours": "4", "node_type": "ray.worker.default"}),
+        ("local.yaml", {"autodown_minutes": "caps_only", "max_node_hours": "none"}),
+    ],
+)
+def test_without_out_variant_checks_the_yaml_and_prints_what_make_up_launches(tmp_path, cluster, line):
+    """`make up` with no choice launches CLUSTER itself; variant still checks it and says its autodown and
+    backstop, writing nothing."""
+    path = REPO / "cluster" / cluster
+    made = run(
+        [sys.executable, str(REPO / "cluster" / "variant.py"), str(path), "--spot", "0"],
+        clean_env(PYTHONPATH=str(JOB_DIR)),
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert made.returncode == 0 and made.stderr == "", made.stdout + made.stderr
+    assert not list(tmp_path.iterdir()), list(tmp_path.iterdir())
+    said = fields(made.stdout.strip())
+    assert said["out"] == said["cluster"] == str(path) and said["image"] == IMAGE, said
+    assert {key: said.get(key) for key in line} == line, said
 
 
 ECR_IMAGE = f"123456789012.dkr.ecr.us-west-2.amazonaws.com/{IMAGE}"
@@ -278,6 +396,31 @@ def test_an_image_variant_pulls_the_image_in_place_of_the_build(tmp_path, cluste
     assert config == original
 
 
+# The names Docker's engine here accepted or refused with "invalid reference format" (`docker image inspect NAME`).
+@pytest.mark.parametrize(
+    "image, accepted",
+    [
+        (IMAGE, True),
+        (f"127.0.0.1:5000/{IMAGE}", True),
+        (ECR_IMAGE, True),
+        ("localhost:5000/a/b", True),
+        ("MyRegistry.example.com/x:y", True),  # the domain may have capitals; the path may not
+        ("ubuntu@sha256:" + "0" * 64, True),
+        (f"Pong-On-Ray:{TAG}", False),
+        (f"10.0.0.2:5000/pong on ray:{TAG}", False),
+        ("a:b:c", False),
+        ("x:", False),
+        ("x/" * 127 + "x", True),  # 255 characters of name
+        ("x/" * 128 + "x", False),  # 257
+    ],
+)
+def test_image_names_are_checked_with_dockers_reference_grammar(image, accepted):
+    sys.path.insert(0, str(REPO / "cluster"))
+    from variant import is_docker_reference
+
+    assert is_docker_reference(image) is accepted
+
+
 def test_an_image_variant_keeps_spot_and_min_workers(tmp_path):
     made, config = write_variant(tmp_path, "--spot", "1", "--min-workers", "2", "--image", ECR_IMAGE)
     assert made.returncode == 0, made.stdout + made.stderr
@@ -295,8 +438,29 @@ def test_aws_boots_canonicals_current_ubuntu_lts_and_installs_docker_from_it():
     assert config["auth"]["ssh_user"] == "ubuntu"
     # Docker from Ubuntu's archive, and ssh_user allowed to use it, before the image build.
     *prepare, _build = config["initialization_commands"]
-    assert "apt-get" in prepare[0] and "docker.io" in prepare[0] and prepare[0].startswith("command -v docker ")
-    assert "usermod -aG docker" in prepare[1] and "/var/run/docker.sock" in prepare[1]
+    (apt,) = [n for n, step in enumerate(prepare) if "apt-get" in step]
+    assert "docker.io" in prepare[apt] and prepare[apt].startswith("command -v docker ")
+    assert "usermod -aG docker" in prepare[apt + 1] and "/var/run/docker.sock" in prepare[apt + 1]
+
+
+def test_every_aws_node_ends_itself_after_max_node_hours_first_of_all(tmp_path):
+    """The backstop: every node type is terminated, not stopped, when its OS powers it off, and every node's
+    first initialization command schedules that power-off, 4 hours on (the YAML's comment says why)."""
+    config = prepared(REPO / "cluster" / "aws.yaml")
+    types = config["available_node_types"]
+    behaviors = {name: t["node_config"].get("InstanceInitiatedShutdownBehavior") for name, t in types.items()}
+    assert set(behaviors.values()) == {"terminate"}, behaviors
+    host_copy = get_docker_host_mount_location(config["cluster_name"])
+    assert config["initialization_commands"][0] == f"bash {host_copy}/tmp/pong-build/infra/backstop.sh 4"
+    assert (REPO / "infra" / "backstop.sh").exists() and config["file_mounts"]["/tmp/pong-build/infra"] == "./infra"
+    assert "backstop.sh" not in " ".join(prepared(REPO / "cluster" / "local.yaml")["initialization_commands"])
+
+    # MAX_NODE_HOURS=8: that step alone differs, and the line says it.
+    made, variant = write_variant(tmp_path, "--max-node-hours", "8")
+    assert made.returncode == 0 and fields(made.stdout.strip())["max_node_hours"] == "8", made.stdout + made.stderr
+    assert variant["initialization_commands"][0] == f"bash {host_copy}/tmp/pong-build/infra/backstop.sh 8"
+    variant["initialization_commands"][0] = config["initialization_commands"][0]
+    assert variant == config
 
 
 def test_aws_opens_no_extra_port_and_leaves_nothing_billing_after_down():

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import yaml
@@ -208,7 +209,10 @@ def no_aws(tmp_path):
 def test_a_ray_up_that_fails_still_ends_in_ray_down_and_exit_1(tmp_path):
     """A config Ray's launcher accepts, whose `ray up` then fails: AWS without credentials."""
     broken = tmp_path / "broken.yaml"
-    broken.write_text("cluster_name: pong-broken\nprovider: {type: aws, region: us-west-2}\n")
+    # A docker section, as cluster/variant.py wants of a cluster file before `ray up`.
+    broken.write_text(
+        "cluster_name: pong-broken\ndocker: {image: pong-on-ray:x, container_name: pong}\nprovider: {type: aws, region: us-west-2}\n"
+    )
     made = run(["make", "run", f"CLUSTER={broken}", f"OUT={tmp_path / 'out'}", "ARGS=--updates 1"], no_aws(tmp_path))
     steps = [fields(line)["step"] for line in only(made.stdout, "make_run step=")]
     last = fields(only(made.stdout, "make_run status=")[-1])
@@ -229,6 +233,7 @@ def test_ctrl_c_during_ray_up_promises_no_autodown(tmp_path):
         "cluster_name": f"pong-ctrl-c-{os.getpid()}",
         "provider": {"type": "local", "head_ip": "127.0.0.1", "worker_ips": []},
         "auth": {"ssh_user": "nobody-here", "ssh_private_key": str(key)},
+        "docker": {"image": "pong-on-ray:x", "container_name": "pong-ctrl-c"},
         "head_start_ray_commands": [".../infra/autodown.py --idle-minutes 20"],  # it would start a watcher
     }
     cluster = tmp_path / "hangs.yaml"
@@ -249,6 +254,7 @@ def test_ctrl_c_during_ray_up_promises_no_autodown(tmp_path):
             seen.append(line)
             if line.startswith("make_run step=up "):
                 break
+        time.sleep(3)  # `ray up` runs, waiting for the head's SSH
         os.killpg(made.pid, signal.SIGINT)
         out, err = made.communicate(timeout=120)
     finally:

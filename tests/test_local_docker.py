@@ -378,6 +378,12 @@ AUTODOWN_MINUTES = 1
 BUSY_JOB_S = 80  # longer than AUTODOWN_MINUTES, counted from `ray up`'s end (the watcher starts a little before)
 AUTODOWN_POLL_S = 30  # infra/autodown.py's default
 TEARDOWN_S = 120  # Ray's `ray stop`, `ray down --workers-only` and `ray down` from the head
+# Beside it, the trainer until stopped with a time cap of 25 s (Ray job metadata max_hours, as `make submit
+# MAX_HOURS=h` puts it): past its first update, and the watcher's next look (one each 30 s) stops it with
+# 10 s or more to spare before the check at AUTODOWN_MINUTES + 10 s. Only the stop saves (--checkpoint-every 1000).
+CAP_HOURS = "0.007"
+CAPPED_RUN = "/tmp/capped-run"  # in the head's container
+CAPPED_ARGS = ["--batch-size", "2", "--workers", "1", "--updates", "0", "--checkpoint-every", "1000"]
 
 
 def autodown_log():
@@ -406,18 +412,50 @@ def test_autodown_on_the_head_spares_a_running_job_then_tears_the_idle_cluster_d
     )
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
     submitted_at = time.time()
+    capped = f"capped-{os.getpid()}"
+    submitted = run(
+        [
+            RAY,
+            "job",
+            "submit",
+            "--no-wait",
+            "--submission-id",
+            capped,
+            "--metadata-json",
+            f'{{"max_hours": "{CAP_HOURS}"}}',
+        ]
+        + ["--working-dir", "job/pong", "--runtime-env", "job/pong/runtime_env.yaml", "--"]
+        + ["python", "-m", "pgpong.train", *CAPPED_ARGS, "--run-dir", CAPPED_RUN],
+        client,
+    )
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
 
-    # Past the idle time, the job still runs and the cluster is still there.
+    # Past the idle time, the job without a cap still runs and the cluster is still there; the capped one was
+    # stopped at its cap by the head's watcher, once, and saved.
     time.sleep(AUTODOWN_MINUTES * 60 + 10)
+    capped_status, deadline = None, submitted_at + BUSY_JOB_S - 5  # a slow stop may take a few seconds more
+    while capped_status not in ("SUCCEEDED", "FAILED", "STOPPED") and time.time() < deadline:
+        capped_status = (dashboard_get(dashboard, f"/api/jobs/{capped}", token)[1] or {}).get("status")
+        time.sleep(1)
     status = (dashboard_get(dashboard, f"/api/jobs/{job_id}", token)[1] or {}).get("status")
     log = autodown_log()
     assert container_exists() and status == "RUNNING", f"{status}, the watcher:\n{log}"
-    assert "autodown busy running=1" in log and "autodown down" not in log, log
+    assert "autodown busy running=2" in log and "autodown down" not in log, log
+    cap_lines = [line for line in log.splitlines() if line.startswith("autodown cap ")]
+    assert capped_status == "STOPPED" and len(cap_lines) == 1, f"{capped_status}, the watcher:\n{log}"
+    cap = fields(cap_lines[0])
+    assert (cap["job"], cap["max_hours"], cap["note"]) == (capped, CAP_HOURS, "stopped_at_its_time_cap"), cap
+    capped_logs = run([RAY, "job", "logs", capped], client).stdout
+    done = only(capped_logs, "done ")
+    assert done and fields(done[0])["stopped"] == "SIGTERM", capped_logs[-3000:]
+    saved = subprocess.run(["docker", "exec", CONTAINER, "ls", CAPPED_RUN], capture_output=True, text=True, timeout=60)
+    last = int(fields(done[0])["last_update"])
+    assert last >= 1 and f"ckpt-{last:06d}.npz" in saved.stdout.split(), saved.stdout + saved.stderr
     busy_spared = True
     # `make status` shows the watcher's last line beside the job's.
     shown = run(["make", "status", f"ID={job_id}"], client)
     assert shown.returncode == 0, shown.stdout + shown.stderr
-    assert shown.stdout.splitlines()[-1].startswith("autodown busy running=1 "), shown.stdout
+    assert shown.stdout.splitlines()[-1].startswith("autodown busy running="), shown.stdout
 
     deadline = submitted_at + BUSY_JOB_S + 120
     while status != "SUCCEEDED" and time.time() < deadline:
@@ -435,8 +473,9 @@ def test_autodown_on_the_head_spares_a_running_job_then_tears_the_idle_cluster_d
     assert not container_exists(), f"the cluster is still up {gone_after_s:.0f}s after its last job:\n{log}"
     assert gone_after_s >= AUTODOWN_MINUTES * 60, f"down {gone_after_s:.0f}s after the job ended:\n{log}"
     assert "autodown down " in log, log
-    print(
-        f"autodown idle_minutes={AUTODOWN_MINUTES} gone_after_s={gone_after_s:.1f} "
+    print(  # on lines of their own (pytest -s prints the test's name before the first)
+        f"\nautodown cap max_hours={CAP_HOURS} ran_s={cap['ran_s']} last_update={last} status={capped_status}"
+        f"\nautodown idle_minutes={AUTODOWN_MINUTES} gone_after_s={gone_after_s:.1f} "
         f"busy_spared={str(busy_spared).lower()} provider=local"
     )
 

@@ -588,95 +588,216 @@ def test_the_committed_batch_300_runs_measured_all_three_milestones_and_the_plan
 # -- from `make up` to `make down`: the bring-up, the training and the teardown ------------------
 
 PARTS = ("boot", "docker", "image", "ray_start", "workers", "train", "down")
+USD = 1.53  # infra/prices.yaml's c5.9xlarge in us-west-2, checked below
 
 
-def end_to_end_of(stdout):
-    """The end_to_end line's fields, in the order printed, and the end_to_end_part lines'."""
-    [line] = [ln for ln in stdout.splitlines() if ln.startswith("end_to_end ")]
+def end_to_end_of(stdout, path):
+    """The end_to_end line of a path (build, pull): its fields, in the order printed; and the end_to_end_part
+    and end_to_end_figure lines'."""
+    [line] = [ln for ln in stdout.splitlines() if ln.startswith(f"end_to_end path={path} ")]
     return (
         fields(line),
         list(fields(line)),
         [fields(ln) for ln in stdout.splitlines() if ln.startswith("end_to_end_part ")],
+        {f["figure"]: f for f in (fields(ln) for ln in stdout.splitlines() if ln.startswith("end_to_end_figure "))},
     )
 
 
 def test_make_plan_prints_the_hours_and_dollars_from_make_up_to_make_down():
-    """`make plan NODES=11 CPUS=18 BATCH=300`: each part's seconds and kind in the launcher's order, the
-    training's seconds those of the play criterion's milestone, then hours and dollars: the head bills
+    """`make plan NODES=11 CPUS=18 BATCH=300`: on each path each part's seconds and kind in the launcher's order,
+    the training's seconds those of the play criterion's milestone, then hours and dollars: the head bills
     throughout, the 10 workers from their launch, after the head's parts, to `make down`."""
     with open(REPO / "infra" / "prices.yaml") as f:
-        usd = yaml.safe_load(f)["usd_per_hour"]["us-west-2"]["c5.9xlarge"]
-    planned = run(["make", "plan", "NODES=11", "CPUS=18", "BATCH=300"], clean_env(), timeout=120)
+        assert yaml.safe_load(f)["usd_per_hour"]["us-west-2"]["c5.9xlarge"] == USD
+    planned = run(["make", "plan", "NODES=11", "CPUS=18", "BATCH=300"], clean_env(), timeout=300)
     assert planned.returncode == 0, planned.stdout + planned.stderr
-    line, keys, _ = end_to_end_of(planned.stdout)
-    seconds = {p: float(line[f"{p}_s"]) for p in PARTS}
-    assert [k for k in keys if k in {f"{p}_s" for p in PARTS}] == [f"{p}_s" for p in PARTS]
-    assert all(line[f"{p}_kind"] in ("measured", "sourced", "assumed") for p in PARTS if p != "train")
-    assert line["train_kind"] == "projected" and all(seconds[p] > 0 for p in PARTS)
+    assert [fields(ln)["path"] for ln in planned.stdout.splitlines() if ln.startswith("end_to_end ")] == [
+        "build",
+        "pull",
+    ]
     [play] = [fields(ln) for ln in planned.stdout.splitlines() if "milestone name=play_criterion" in ln]
-    # The training is the seed that needed the most updates: the high end of the milestone's range.
-    slowest = {k: play[k].split("..")[-1] for k in ("hours", "updates", "dollars")}
-    assert seconds["train"] == pytest.approx(float(slowest["hours"]) * 3600, rel=1e-3)
-    assert line["train_updates"] == slowest["updates"] == "44" and line["seeds"] == play["seeds"] == "0,1"
-    total = sum(seconds.values())
-    assert float(line["hours"]) == pytest.approx(total / 3600, rel=1e-3)
-    workers_s = seconds["workers"] + seconds["train"] + seconds["down"]
-    assert float(line["dollars"]) == pytest.approx((total + 10 * workers_s) * usd / 3600, rel=1e-3)
-    assert float(line["dollars"]) > float(slowest["dollars"])  # the bring-up costs on top of the training
+    for path in endtoend.PATHS:
+        line, keys, _, _ = end_to_end_of(planned.stdout, path)
+        seconds = {p: float(line[f"{p}_s"]) for p in PARTS}
+        assert [k for k in keys if k in {f"{p}_s" for p in PARTS}] == [f"{p}_s" for p in PARTS]
+        assert all(line[f"{p}_kind"] in endtoend.KINDS for p in PARTS if p != "train")
+        assert line["train_kind"] == "projected" and all(seconds[p] > 0 for p in PARTS)
+        # The training is the seed that needed the most updates: the high end of the milestone's range.
+        slowest = {k: play[k].split("..")[-1] for k in ("hours", "updates", "dollars")}
+        assert seconds["train"] == pytest.approx(float(slowest["hours"]) * 3600, rel=1e-3)
+        assert line["train_updates"] == slowest["updates"] == "44" and line["seeds"] == play["seeds"] == "0,1"
+        total = sum(seconds.values())
+        assert float(line["hours"]) == pytest.approx(total / 3600, rel=1e-3)
+        workers_s = seconds["workers"] + seconds["train"] + seconds["down"]
+        assert float(line["dollars"]) == pytest.approx((total + 10 * workers_s) * USD / 3600, rel=1e-3)
+        assert float(line["dollars"]) > float(slowest["dollars"])  # the bring-up costs on top of the training
+
+
+def test_every_kind_is_said_on_every_line_of_seconds():
+    """Every `<part>_s=` of the end_to_end and size lines has its `<part>_kind=`, one of the kinds (or none, the
+    workers of a head alone); a part made of others is as weak as its weakest."""
+    planned = run_plan("project", "--samples", "5", "--sizes", "1,3")
+    assert planned.returncode == 0, planned.stderr
+    lines = [fields(ln) for ln in planned.stdout.splitlines() if ln.startswith(("end_to_end ", "size "))]
+    assert len(lines) == 4, planned.stdout
+    for line in lines:
+        timed = [k[: -len("_s")] for k in line if k.endswith("_s")]
+        assert timed and all(line.get(f"{t}_kind") in (*endtoend.KINDS, "none") for t in timed), line
+    parts, _ = endtoend.load()
+    for path in endtoend.PATHS:
+        line, _, _, _ = end_to_end_of(planned.stdout, path)
+        assert line["workers_kind"] == endtoend.weakest(parts[p]["kind"] for p in endtoend.worker(path))
+    assert [line["workers_kind"] for line in lines[:2]] == ["assumed", "projected"]  # Docker Hub's rate is assumed
+
+
+def test_the_pull_path_replaces_the_build_on_the_head_and_on_the_workers():
+    """The two end_to_end lines differ only in the image part, paid twice (the head's, then the workers'): the
+    build from Docker Hub and PyPI against the pull from ECR, each the sum of its terms, their figures in the
+    inputs."""
+    planned = run_plan("project", "--samples", "5", "--sizes", "11")
+    assert planned.returncode == 0, planned.stderr
+    build, _, part_lines, figures = end_to_end_of(planned.stdout, "build")
+    pull, _, _, _ = end_to_end_of(planned.stdout, "pull")
+    value = {name: float(f["value"]) for name, f in figures.items()}
+    built = (
+        value["ray_image_mb"] / value["docker_hub_mb_per_s"]
+        + value["ray_image_unpacked_mb"] / value["unpack_mb_per_s"]
+        + value["wheels_mb"] / value["pypi_mb_per_s"]
+        + value["build_s"]
+    )
+    pulled = (
+        value["ecr_helper_s"]
+        + (value["ray_image_mb"] + value["pip_layer_mb"]) / value["ecr_mb_per_s"]
+        + (value["ray_image_unpacked_mb"] + value["pip_layer_unpacked_mb"]) / value["unpack_mb_per_s"]
+    )
+    assert float(build["image_s"]) == pytest.approx(built, rel=1e-3)
+    assert float(pull["image_s"]) == pytest.approx(pulled, rel=1e-3) and pulled < built
+    saved = float(build["hours"]) * 3600 - float(pull["hours"]) * 3600
+    assert saved == pytest.approx(2 * (built - pulled), abs=0.5)  # once on the head, once for the workers
+    assert float(build["workers_s"]) - float(pull["workers_s"]) == pytest.approx(built - pulled, abs=0.1)
+    for part in ("boot", "docker", "ray_start", "train", "down"):
+        assert (pull[f"{part}_s"], pull[f"{part}_kind"]) == (build[f"{part}_s"], build[f"{part}_kind"])
+    by_part = {p["part"]: p for p in part_lines}
+    assert by_part["pull"]["terms"] == (
+        "ecr_helper_s + (ray_image_mb + pip_layer_mb) / ecr_mb_per_s"
+        " + (ray_image_unpacked_mb + pip_layer_unpacked_mb) / unpack_mb_per_s"
+    )
+    assert (by_part["pull"]["kind"], by_part["image"]["kind"]) == ("projected", "assumed")
 
 
 def test_the_workers_come_up_once_after_the_head_whatever_their_number(tmp_path):
     """The autoscaler launches every worker once the head is set up, all at once: their bring-up (one
     worker's boot, Docker, image and join) adds to the head's parts once, for 2 workers as for 10; the
     head alone has none. With spot workers only their hours are priced at spot."""
-    parts = endtoend.load()
-    one_worker = sum(parts[p]["seconds"] for p in endtoend.WORKER)
-    head = sum(parts[p]["seconds"] for p in endtoend.HEAD)
+    parts, _ = endtoend.load()
     down = parts["down"]["seconds"]
     spot = ("--spot-usd-per-node-hour", "0.58", "--interruptions-per-node-hour", "0")
     for nodes in (1, 3, 11):
         made = run_plan(
-            "project", "--nodes", str(nodes), "--cpus", "18", "--batch-size", "300", "--samples", "20", *spot
+            "project",
+            "--nodes",
+            str(nodes),
+            "--cpus",
+            "18",
+            "--batch-size",
+            "300",
+            "--samples",
+            "20",
+            "--sizes",
+            "2",
+            *spot,
         )
         assert made.returncode == 0, made.stderr
-        line, keys, _ = end_to_end_of(made.stdout)
-        workers, train = float(line["workers_s"]), float(line["train_s"])
-        assert keys.index("workers_s") > keys.index("ray_start_s") and keys.index("workers_s") < keys.index("train_s")
-        assert workers == pytest.approx(one_worker if nodes > 1 else 0.0)
-        assert line["workers_kind"] == ("assumed" if nodes > 1 else "none")  # its weakest part's kind
-        hours = float(line["hours"])
-        assert hours * 3600 == pytest.approx(head + workers + train + down, rel=1e-3)
-        on_demand = float(line["usd_per_node_hour"])
-        if nodes == 1:  # the head alone, on demand: no worker to put on spot
-            assert "dollars_spot" not in line
-            continue
-        billed = (hours * 3600 * on_demand + (nodes - 1) * (workers + train + down) * 0.58) / 3600
-        assert float(line["dollars_spot"]) == pytest.approx(billed, rel=1e-3)
+        for path in endtoend.PATHS:
+            one_worker = sum(parts[p]["seconds"] for p in endtoend.worker(path))
+            head = sum(parts[p]["seconds"] for p in endtoend.head(path))
+            line, keys, _, _ = end_to_end_of(made.stdout, path)
+            workers, train = float(line["workers_s"]), float(line["train_s"])
+            assert keys.index("ray_start_s") < keys.index("workers_s") < keys.index("train_s")
+            assert workers == pytest.approx(one_worker if nodes > 1 else 0.0, rel=1e-3)
+            assert line["workers_kind"] != "none" if nodes > 1 else line["workers_kind"] == "none"
+            hours = float(line["hours"])
+            assert hours * 3600 == pytest.approx(head + workers + train + down, rel=1e-3)
+            on_demand = float(line["usd_per_node_hour"])
+            if nodes == 1:  # the head alone, on demand: no worker to put on spot
+                assert "dollars_spot" not in line
+                continue
+            billed = (hours * 3600 * on_demand + (nodes - 1) * (workers + train + down) * 0.58) / 3600
+            assert float(line["dollars_spot"]) == pytest.approx(billed, rel=1e-3)
 
 
 def test_every_part_names_its_command_source_or_basis(tmp_path):
-    """Each figure of the end-to-end inputs says where it comes from: a measured one its command, a
-    sourced one its source (an address to read), an assumed one its basis; inputs that do not are
-    refused in one line."""
+    """Each figure of the end-to-end inputs says where it comes from: a measured one its command (run here), a
+    sourced one its source (an address to read), an assumed one its basis, a projected part its terms; inputs
+    that do not are refused in one line."""
     planned = run_plan("project", "--nodes", "11", "--cpus", "18", "--batch-size", "300", "--samples", "5")
     assert planned.returncode == 0, planned.stderr
-    _, _, part_lines = end_to_end_of(planned.stdout)
-    assert {p["part"] for p in part_lines} == {*endtoend.HEAD, *endtoend.WORKER, "down"}
+    _, _, part_lines, figures = end_to_end_of(planned.stdout, "pull")
+    assert {p["part"] for p in part_lines} == set(endtoend.NEEDED)
     why = {"measured": "command", "sourced": "source", "assumed": "basis"}
-    for p in part_lines:
-        assert p[why[p["kind"]]], p
-        if p["kind"] == "sourced":
+    for p in [*part_lines, *figures.values()]:
+        said = p.get("terms") or p[why[p["kind"]]]
+        assert said, p
+        if p["kind"] == "sourced" and "terms" not in p:
             assert "http" in p["source"], p
         if p["kind"] == "measured":
-            assert "make test-docker" in p["command"], p
-    assert {p["kind"] for p in part_lines} >= {"sourced", "measured", "assumed"}
+            assert "make test-docker" in p["command"] or "python -m harness." in p["command"], p
+    assert {p["kind"] for p in [*part_lines, *figures.values()]} == {"sourced", "measured", "projected", "assumed"}
     found = json.loads(pathlib.Path(endtoend.INPUTS).read_text())
-    del found["parts"]["boot"]["source"]
     copy = tmp_path / "end_to_end_inputs.json"
-    copy.write_text(json.dumps(found))
-    refused = run_plan("project", "--end-to-end-inputs", str(copy))
-    assert refused.returncode == 2 and "part 'boot' is sourced and names no source" in refused.stderr
-    assert len(refused.stderr.strip().splitlines()) == 1 and refused.stdout == ""
+    for broken, said in (
+        (lambda f: f["parts"]["boot"].pop("source"), "part 'boot' is sourced and names no source"),
+        (lambda f: f["figures"]["wheels_mb"].pop("command"), "figure 'wheels_mb' is measured and names no command"),
+        (lambda f: f["parts"]["pull"]["terms"].append("nothing_s"), "part 'pull' names no figure 'nothing_s'"),
+        (lambda f: f["parts"]["pull"]["terms"].append(["ray_image_mb"]), "part 'pull' has a term ['ray_image_mb']"),
+        (lambda f: f["parts"]["image"].pop("terms"), "part 'image' is projected and names no terms"),
+        (lambda f: f["figures"]["build_s"].update(kind="projected"), "figure 'build_s' needs its value and a kind"),
+    ):
+        copy.write_text(json.dumps(found))
+        mine = json.loads(copy.read_text())
+        broken(mine)
+        copy.write_text(json.dumps(mine))
+        refused = run_plan("project", "--end-to-end-inputs", str(copy))
+        assert refused.returncode == 2 and said in refused.stderr, refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1 and refused.stdout == ""
+
+
+def test_make_plan_names_the_cheapest_and_the_fastest_size_to_the_play_criterion():
+    """`make plan` prints a size line for 2, 6, 11 and 17 nodes of 18 CPUs, each with both paths' hours and
+    dollars to the play criterion (the 11's those of the end_to_end lines), and for each path names the size
+    of the fewest dollars and the size of the fewest hours; --sizes chooses others, and a bad one is one line."""
+    planned = run_plan("project", "--nodes", "11", "--cpus", "18", "--batch-size", "300", "--samples", "20")
+    assert planned.returncode == 0, planned.stderr
+    rows = [fields(ln) for ln in planned.stdout.splitlines() if ln.startswith("size ")]
+    assert [int(r["nodes"]) for r in rows] == [2, 6, 11, 17] and [r["actors"] for r in rows] == [
+        "36",
+        "108",
+        "198",
+        "306",
+    ]
+    trains = [float(r["train_s"]) for r in rows]
+    assert trains == sorted(trains, reverse=True)  # more actors, shorter training
+    eleven = next(r for r in rows if r["nodes"] == "11")
+    for path in endtoend.PATHS:
+        line, _, _, _ = end_to_end_of(planned.stdout, path)
+        assert (eleven[f"{path}_hours"], eleven[f"{path}_dollars"]) == (line["hours"], line["dollars"])
+        assert float(eleven["train_s"]) == pytest.approx(float(line["train_s"]))
+        [said] = [fields(ln) for ln in planned.stdout.splitlines() if ln.startswith(f"sizes path={path} ")]
+        cheapest = min(rows, key=lambda r: float(r[f"{path}_dollars"]))
+        fastest = min(rows, key=lambda r: float(r[f"{path}_hours"]))
+        assert (said["cheapest_nodes"], said["cheapest_dollars"]) == (cheapest["nodes"], cheapest[f"{path}_dollars"])
+        assert (said["fastest_nodes"], said["fastest_hours"]) == (fastest["nodes"], fastest[f"{path}_hours"])
+        assert said["to"] == "play_criterion"
+    other = run_plan("project", "--samples", "5", "--sizes", "4,3")
+    assert other.returncode == 0, other.stderr
+    assert [fields(ln)["nodes"] for ln in other.stdout.splitlines() if ln.startswith("size ")] == ["3", "4"]
+    for bad in ("0", "2,2", "two", ""):
+        refused = run_plan("project", "--sizes", bad)
+        assert refused.returncode == 2 and refused.stdout == "", refused.stdout
+        assert refused.stderr.strip().splitlines() == [
+            f"python -m pongtools.plan project: error: argument --sizes: must be node counts >= 1, comma-separated, "
+            f"such as 2,6,11,17, not {bad!r} (see --help)"
+        ]
 
 
 def test_a_milestone_of_several_seeds_prints_their_range(tmp_path):
@@ -702,7 +823,7 @@ def test_a_milestone_of_several_seeds_prints_their_range(tmp_path):
     assert lines["running_reward_0"]["updates"] == "33..37" and lines["play_criterion"]["episodes"] == "12000..13200"
     lo, hi = (float(h) for h in lines["play_criterion"]["hours"].split(".."))
     assert 0 < lo < hi and lines["play_criterion"]["run"] == f"{seed0['run']},made-up-seed-1"
-    line, _, _ = end_to_end_of(planned.stdout)
+    line, _, _, _ = end_to_end_of(planned.stdout, "pull")
     assert (line["train_updates"], line["seeds"]) == ("44", "0,1")
     assert float(line["train_s"]) == pytest.approx(hi * 3600, rel=1e-3)
     # the win reads the seed that needed the most updates too

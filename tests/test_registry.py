@@ -7,7 +7,9 @@ For real, on this machine: `make image` (cached: seconds), Debian's docker-regis
 127.0.0.1 at a free port, `make image-push REGISTRY=127.0.0.1:PORT`, then a node's empty Docker
 engine (harness.registry.NodeEngine) runs the pull step that cluster/variant.py --image puts in
 place of the build, and the image it pulled is the very image pushed (same ID), and it imports
-Ray, gymnasium and the emulator. `make image-push`'s mistakes are one line and exit 2.
+Ray, gymnasium and the emulator. `make image-push`'s mistakes are one line and exit 2. The push is
+recorded (PUSHED_IMAGE_FILE, here a temp file), and `make up` and `make run` of cluster/aws.yaml pull a
+recorded ECR image unless IMAGE is given, and say which path on the line before the token's.
 
 Needs root, a Docker engine and the docker-registry package: `make docker-engine` installs
 both (infra/ci-docker.sh). About a minute: the pull copies 1.1 GB on loopback.
@@ -28,9 +30,11 @@ IMAGE = read_env_file(REPO / "infra" / "image.env")["IMAGE"]
 IMPORTS = "import ray, gymnasium, ale_py; print('imported', ray.__version__, gymnasium.__version__, ale_py.__version__)"
 
 
-def make_image_push(registry, env=None):
-    """`make image-push REGISTRY=registry` as a user runs it; env: the Docker engine it talks to."""
-    return run(["make", "image-push", f"REGISTRY={registry}"], env or clean_env(), timeout=600)
+def make_image_push(registry, record, env=None):
+    """`make image-push REGISTRY=registry` as a user runs it, recording into `record` (never this clone's
+    .cache/pushed-image); env: the Docker engine it talks to."""
+    env = dict(env or clean_env(), PUSHED_IMAGE_FILE=str(record))
+    return run(["make", "image-push", f"REGISTRY={registry}"], env, timeout=600)
 
 
 def pull_step(tmp_path, image):
@@ -53,8 +57,9 @@ def image_id(docker_env, name):
     return found.stdout.strip()
 
 
-def test_image_push_without_a_registry_is_one_line_and_exit_2():
-    pushed = make_image_push("")
+def test_image_push_without_a_registry_is_one_line_and_exit_2(tmp_path):
+    pushed = make_image_push("", tmp_path / "pushed-image")
+    assert not (tmp_path / "pushed-image").exists()
     assert pushed.returncode == 2, pushed.stdout + pushed.stderr
     said = only(pushed.stderr, "push-image: ")
     assert said == [
@@ -75,25 +80,28 @@ def test_a_node_pulls_the_pushed_image_instead_of_building_it(tmp_path, request)
     with Registry() as registry, NodeEngine() as node:
         assert Path("/sys/class/net/docker0").exists() == host_bridge, "the node's dockerd deleted docker0"
         # The mistakes first, while the node's engine is empty: an image not built there, a registry not answering.
-        unbuilt = make_image_push(registry.address, node.env)
+        record = tmp_path / "pushed-image"
+        unbuilt = make_image_push(registry.address, record, node.env)
         assert unbuilt.returncode == 2, unbuilt.stdout + unbuilt.stderr
         assert only(unbuilt.stderr, "push-image: ") == [
             f"push-image: no image {IMAGE} in this Docker engine; build it first with make image"
         ], unbuilt.stderr
         closed = f"127.0.0.1:{free_port()}"  # nothing listens there
-        refused = make_image_push(closed)
+        refused = make_image_push(closed, record)
         assert refused.returncode == 2, refused.stdout + refused.stderr
         assert only(refused.stderr, "push-image: cannot push ")[0].startswith(
             f"push-image: cannot push {closed}/{IMAGE} ("
         ), refused.stderr
         assert "connection refused" in refused.stderr, refused.stderr
+        assert not record.exists()  # a push that failed records nothing
 
-        pushed = make_image_push(registry.address)
+        pushed = make_image_push(registry.address, record)
         request.addfinalizer(lambda: run(["docker", "rmi", f"{registry.address}/{IMAGE}"], clean_env(), timeout=60))
         assert pushed.returncode == 0, pushed.stdout + pushed.stderr
         line = fields(only(pushed.stdout, "push-image ")[0])
         target = f"{registry.address}/{IMAGE}"
-        assert line["image"] == target, line
+        assert line["image"] == target and line["recorded"] == str(record), line
+        assert record.read_text() == f"IMAGE={target}\n"
         name, tag = IMAGE.split(":")
         assert line["digest"] == registry.manifest(name, tag)[0], line
 
@@ -109,3 +117,53 @@ def test_a_node_pulls_the_pushed_image_instead_of_building_it(tmp_path, request)
         imported = only(ran.stdout, "imported ")
         assert imported and imported[0].split()[1] == "2.60.0", ran.stdout
         print(f"registry_pull image={target} digest={line['digest']} push_s={line['seconds']} pull_s={pull_s:.1f}")
+
+
+ECR_IMAGE = f"123456789012.dkr.ecr.us-west-2.amazonaws.com/{IMAGE}"
+
+
+def test_make_up_and_make_run_of_aws_yaml_pull_a_recorded_ecr_image_unless_image_is_given(tmp_path):
+    """The recorded push decides: an ECR image recorded by `make image-push` is what `make up` and `make run` of
+    cluster/aws.yaml pull (their line before the token's says so, and the launched copy names it); IMAGE= builds,
+    IMAGE=<name> pulls that; a record of another registry (one on loopback, of no use to EC2) builds. Run for
+    real with no AWS credentials: each stops where Ray first asks AWS, with nothing launched."""
+    ecr, loopback = tmp_path / "ecr", tmp_path / "loopback"
+    ecr.write_text(f"IMAGE={ECR_IMAGE}\n")
+    loopback.write_text(f"IMAGE=127.0.0.1:5000/{IMAGE}\n")
+    (tmp_path / "home").mkdir()
+    env = {k: v for k, v in clean_env().items() if not k.startswith("AWS_")} | {
+        "HOME": str(tmp_path / "home"),  # the token goes here, not into your ~/.ray
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    other = f"123456789012.dkr.ecr.us-west-2.amazonaws.com/team/{IMAGE}"
+    cases = (
+        (["up", f"PUSHED_IMAGE_FILE={ecr}"], f"image path=pull image={ECR_IMAGE} from={ecr}", ECR_IMAGE),
+        (
+            ["run", f"PUSHED_IMAGE_FILE={ecr}", "ARGS=--updates 1"],
+            f"image path=pull image={ECR_IMAGE} from={ecr}",
+            ECR_IMAGE,
+        ),
+        (["up", f"PUSHED_IMAGE_FILE={ecr}", "IMAGE="], f"image path=build image={IMAGE} on=every_node", None),
+        (["up", f"PUSHED_IMAGE_FILE={ecr}", f"IMAGE={other}"], f"image path=pull image={other} from=IMAGE", other),
+        (["up", f"PUSHED_IMAGE_FILE={loopback}"], f"image path=build image={IMAGE} on=every_node", None),
+        (
+            ["up", f"PUSHED_IMAGE_FILE={tmp_path / 'never-pushed'}"],
+            f"image path=build image={IMAGE} on=every_node",
+            None,
+        ),
+    )
+    for n, (args, said, pulled) in enumerate(cases):
+        variants = tmp_path / f"variants{n}"
+        made = run(["make", *args, f"VARIANT_DIR={variants}", f"OUT={tmp_path / f'out{n}'}"], env, timeout=300)
+        assert made.returncode != 0 and "Unable to locate credentials" in made.stdout + made.stderr, args
+        lines = made.stdout.splitlines()
+        [token] = [n for n, line in enumerate(lines) if line.startswith("token: ")]  # made after the checks
+        assert lines[token - 1] == said, (args, made.stdout)  # the line before it
+        copies = list(variants.glob("*.yaml")) if variants.exists() else []
+        if pulled is None:
+            assert copies == [], args  # cluster/aws.yaml itself, as written: every node builds
+            continue
+        [copy] = copies
+        assert copy.name == "aws-spot0-pull.yaml" and yaml.safe_load(copy.read_text())["docker"]["image"] == pulled

@@ -10,6 +10,7 @@ only fixtures and hooks, and no test module imports another.
     harness.launcher   what `ray up` leaves on this machine: its SSH connections, files, process trees
     harness.hosts      test hosts of their own (address, sshd, Docker engine) on a lan in namespaces
     harness.registry   an image registry on loopback and a node's empty Docker engine (test_registry.py)
+    harness.node_setup     a fresh node's Docker install from apt and the lock's download, timed (make plan)
     harness.pull_vs_build  a node's pull against its build, timed side by side (docs/image.md)
 
 Nothing here imports numpy, Ray or the job's package at the top of a module: conftest.py sets the

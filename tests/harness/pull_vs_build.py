@@ -11,11 +11,17 @@
    tests/test_lan_cluster.py build from it): so neither debootstrap nor PyPI is in the figure.
 
 Prints the push's line, each node's, then `pull_vs_build pull_s=... build_s=... download_mb=... image_mb=...`
-(download_mb: the layers a pull downloads, compressed, as the registry's manifest lists them).
+(download_mb: the layers a pull downloads, compressed, as the registry's manifest lists them), and
+`pip_layer_mb=... pip_layer_unpacked_mb=...`: the layer that pip's install of the lock adds to the base,
+compressed (the registry's) and unpacked (docker history's), which an image built on Ray's own adds too
+(`make plan`'s pull path, job/tools/pongtools/plan/end_to_end_inputs.json). The push records nothing in
+.cache/pushed-image (PUSHED_IMAGE_FILE is a temp file): a registry on loopback is no image for AWS.
 """
 
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 from harness import REPO, clean_env, only, read_env_file, run
 from harness.registry import NodeEngine, Registry
@@ -32,15 +38,35 @@ def timed(command, env, what):
     return seconds, done
 
 
+def pip_layer(registry, name, manifest):
+    """(compressed, unpacked) bytes of the layer that pip's install of the lock made: the registry's
+    manifest and config give the first, in the order of the config's history (empty layers left out),
+    and docker history the second."""
+    made = [h for h in registry.config(name, manifest)["history"] if not h.get("empty_layer")]
+    [compressed] = [
+        layer["size"]
+        for h, layer in zip(made, manifest["layers"], strict=True)
+        if "pip install" in h.get("created_by", "")
+    ]
+    listed = run(
+        ["docker", "history", "--no-trunc", "--human=false", "--format", "{{.Size}}\t{{.CreatedBy}}", IMAGE],
+        clean_env(),
+    )
+    [unpacked] = [int(line.split("\t")[0]) for line in listed.stdout.splitlines() if "pip install" in line]
+    return compressed, unpacked
+
+
 def main():
-    with Registry() as registry:
-        pushed = run(["make", "image-push", f"REGISTRY={registry.address}"], clean_env(), timeout=1800)
+    with Registry() as registry, tempfile.TemporaryDirectory() as folder:
+        env = clean_env(PUSHED_IMAGE_FILE=str(Path(folder) / "pushed-image"))
+        pushed = run(["make", "image-push", f"REGISTRY={registry.address}"], env, timeout=1800)
         if pushed.returncode:
             raise SystemExit(f"pull_vs_build: make image-push failed: {pushed.stderr.strip()}")
         print(only(pushed.stdout, "push-image ")[0], flush=True)
         target = f"{registry.address}/{IMAGE}"
         _, manifest = registry.manifest(*IMAGE.split(":"))
         compressed = sum(layer["size"] for layer in manifest["layers"])  # what a pull downloads
+        pip_mb, pip_unpacked_mb = (size / 1e6 for size in pip_layer(registry, IMAGE.split(":")[0], manifest))
         try:
             with NodeEngine() as node:
                 pull_s, _ = timed(["docker", "pull", "--quiet", target], node.env, "the pull")
@@ -55,6 +81,7 @@ def main():
     print(
         f"pull_vs_build pull_s={pull_s:.1f} build_s={build_s:.1f} build_over_pull={build_s / pull_s:.1f}"
         f" download_mb={compressed / 1e6:.0f} image_mb={int(size) / 1e6:.0f}"
+        f" pip_layer_mb={pip_mb:.0f} pip_layer_unpacked_mb={pip_unpacked_mb:.0f}"
     )
 
 

@@ -108,6 +108,12 @@ class Registry:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.headers["Docker-Content-Digest"], json.loads(response.read())
 
+    def config(self, name, manifest):
+        """The image config a manifest names: its history says which command made each layer."""
+        url = f"http://{self.address}/v2/{name}/blobs/{manifest['config']['digest']}"
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return json.loads(response.read())
+
     def stop(self):
         if self.process is not None:
             stop_processes([self.process.pid], grace_s=10)

@@ -5,6 +5,18 @@ from pgpong.logline import kv
 
 from . import PlanError, calibration, endtoend, inputs, milestones, model, report
 
+# The sizes `make plan` compares: the head alone and a few up to one wave of 300 episodes on 18 cores
+# (17 x 18 = 306 actors), the default 11 among them.
+SIZES = (2, 6, 11, 17)
+
+
+def node_counts(text):
+    """Distinct whole numbers >= 1, comma-separated, in order; or ValueError."""
+    counts = [int(n) for n in text.split(",")]
+    if not counts or min(counts) < 1 or len(set(counts)) < len(counts):
+        raise ValueError
+    return sorted(counts)
+
 
 def parser():
     p = Parser(prog="python -m pongtools.plan", description=__doc__.split(":")[0])
@@ -70,6 +82,13 @@ def parser():
         "--samples", type=at_least(1), default=200, help="simulated updates per stage of learning (default 200)"
     )
     q.add_argument("--seed", type=at_least(0), default=0, help="seeds the episode lengths drawn")
+    q.add_argument(
+        "--sizes",
+        type=checked(node_counts, "node counts >= 1, comma-separated, such as 2,6,11,17"),
+        default=SIZES,
+        help=f"the cluster sizes (nodes of --cpus) whose end-to-end hours and dollars to the play criterion "
+        f"`make plan` compares, naming the cheapest and the fastest (default {','.join(map(str, SIZES))})",
+    )
     q.set_defaults(command=project)
 
     i = sub.add_parser("inputs", help="rebuild the inputs: the learning part from a run, the rest from a calibration")
@@ -139,15 +158,42 @@ def project(a):
         )
         if name == "play_criterion":
             end_to_end(a, parts, readings, price, sp)
+            sizes(a, found, parts[0], price, args, known, stages)
 
 
 def end_to_end(a, parts, readings, price, sp):
-    """The end_to_end line of each reading of the updates to the play criterion: `make up` to `make down`."""
+    """The end_to_end lines of each reading of the updates to the play criterion, `make up` to `make down`,
+    one a path (build, pull); then each part's and figure's line."""
     if not readings:
         print(kv("end_to_end", train_s="unknown", hours="unknown", reason="no_run_reached_the_play_criterion"))
     for r in readings:  # the training of the seed that needed the most updates
-        line = endtoend.timeline(parts, a.nodes - 1, max(r["seconds"]))
-        report.end_to_end(line, parts, a.nodes - 1, price, r, sp=sp)
+        for path in endtoend.PATHS:
+            line = endtoend.timeline(parts[0], a.nodes - 1, max(r["seconds"]), path)
+            report.end_to_end(line, path, parts[0], a.nodes - 1, price, r, sp=sp)
+    report.end_to_end_parts(*parts)
+
+
+def sizes(a, found, parts, price, args, known, stages):
+    """One size line for each of --sizes at --cpus a node, on demand, from `make up` to `make down` to the
+    play criterion (the budget: the seed that needed the most updates, of the first reading), both paths;
+    then, for each path, the cheapest size and the fastest."""
+    readings = milestones.updates_to(found.get("milestones", {}), a.batch_size, "play_criterion")
+    if not readings:
+        print(kv("sizes", train_s="unknown", reason="no_run_reached_the_play_criterion"))
+        return
+    r = readings[0]
+    per = r["from_batch_size"] if r["kind"] == "assumed_same_updates" else a.batch_size
+    rows = {path: [] for path in endtoend.PATHS}
+    for nodes in a.sizes:
+        at = stages if nodes == a.nodes else model.project(found, nodes, a.cpus, a.batch_size, *args, known=known)[1]
+        train_s = max(model.seconds_for_updates(at, per, u) for u in r["updates"])
+        lines = {path: endtoend.timeline(parts, nodes - 1, train_s, path) for path in endtoend.PATHS}
+        for path, line in lines.items():
+            hours, dollars = endtoend.cost(line, nodes - 1, price.usd_per_node_hour, price.usd_per_node_hour)
+            rows[path].append({"nodes": nodes, "hours": hours, "dollars": dollars})
+        report.size(nodes, a.cpus, r, lines, {path: got[-1] for path, got in rows.items()})
+    for path, got in rows.items():
+        report.sizes(path, *endtoend.cheapest_and_fastest(got), a.cpus, price)
 
 
 def spot_workers(a, found, result, stages, args, known):

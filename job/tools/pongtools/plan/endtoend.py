@@ -1,15 +1,19 @@
-"""From `make up` to `make down`: the parts a user pays for, in the launcher's order, and their hours and dollars.
+"""From `make up` to `make down`: the parts a user pays for, in the launcher's order, and their hours and dollars,
+on both paths to a node's image: each node builds it (build, `make up`'s default) or pulls it, pushed once to
+ECR (pull, once `make image-push` recorded one).
 
 Ray's launcher sets the head up first, whole: EC2 boots it (boot), its initialization_commands
-install Docker (docker) and build the image (image), then the container and Ray start
+install Docker (docker) and build or pull the image (image), then the container and Ray start
 (ray_start). Only then does the head's autoscaler launch the workers, all at once, each
 doing the same (boot, docker, image) and joining (worker_join): so the workers' bring-up
 comes after the head's, once, not once per worker. Then the training, then `ray down`.
 
 The head bills through every part; the workers from their launch to `ray down`. The seconds
 of each part are inputs, end_to_end_inputs.json beside this file, each with its kind:
-measured (here, with the command), sourced (a public figure, with its source) or assumed
-(with its basis). The training's seconds are the model's projection (model.py).
+measured (here, with the command), sourced (a public figure, with its source), assumed
+(with its basis) or projected: the sum of its terms, each a figure of the same file in
+seconds or megabytes over megabytes a second (a download, an unpacking), each figure with its
+own kind. The training's seconds are the model's projection (model.py).
 """
 
 import json
@@ -18,43 +22,102 @@ import os
 from . import PlanError
 
 INPUTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "end_to_end_inputs.json")
-HEAD = ("boot", "docker", "image", "ray_start")  # the head's parts, in order
-WORKER = ("boot", "docker", "image", "worker_join")  # one worker's bring-up: the head's machine, its own join
-PARTS = (*HEAD, "workers", "train", "down")  # what the end_to_end line prints, in order
-KINDS = ("measured", "sourced", "assumed")  # strongest first; a sum is as weak as its weakest part
-WHY = {"measured": "command", "sourced": "source", "assumed": "basis"}  # what each kind must name
+PATHS = {"build": "image", "pull": "pull"}  # each path's image part: each node builds it, or pulls it from ECR
+PARTS = ("boot", "docker", "image", "ray_start", "workers", "train", "down")  # the end_to_end line, in order
+KINDS = ("measured", "sourced", "projected", "assumed")  # strongest first; a sum is as weak as its weakest part
+WHY = {"measured": "command", "sourced": "source", "assumed": "basis", "projected": "terms"}  # what each must name
+NEEDED = ("boot", "docker", *PATHS.values(), "ray_start", "worker_join", "down")
+
+
+def head(path):
+    """The head's parts in order, on a path."""
+    return ("boot", "docker", PATHS[path], "ray_start")
+
+
+def worker(path):
+    """One worker's bring-up on a path: the head's machine, its own join."""
+    return ("boot", "docker", PATHS[path], "worker_join")
 
 
 def load(path=INPUTS):
-    """The parts' figures, {name: {"seconds", "kind", "what", and its command, source or basis}}."""
+    """The parts' figures, {name: {"seconds", "kind", "what", and its command, source, basis or terms}}, a
+    projected part's seconds and kind worked out from its terms; and the figures its terms name."""
     try:
         with open(path) as f:
-            parts = json.load(f)["parts"]
+            found = json.load(f)
+        parts, figures = found["parts"], found.get("figures", {})
     except FileNotFoundError:
         raise PlanError(f"no end-to-end inputs at {path}; pass --end-to-end-inputs <file>") from None
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise PlanError(f"{path} holds no valid 'parts' ({e}); see pongtools/plan/end_to_end_inputs.json") from None
-    for name in {*HEAD, *WORKER, "down"}:
+    for name, figure in figures.items():
+        checked(path, "figure", name, figure, "value", KINDS[:2] + KINDS[3:])
+    for name in NEEDED:
         part = parts.get(name)
-        kind = (part or {}).get("kind")
-        if not isinstance(part.get("seconds") if part else None, (int, float)) or kind not in KINDS:
-            raise PlanError(f"{path}: part {name!r} needs its seconds and a kind, one of {', '.join(KINDS)}")
-        if not part.get(WHY[kind]):
-            raise PlanError(f"{path}: part {name!r} is {kind} and names no {WHY[kind]}; add its {WHY[kind]!r}")
-    return parts
+        if isinstance(part, dict) and part.get("kind") == "projected":  # its kind becomes its weakest figure's
+            part |= dict(zip(("seconds", "kind"), sum_of(path, name, part.get("terms"), figures), strict=True))
+        else:
+            checked(path, "part", name, part, "seconds", KINDS[:2] + KINDS[3:])
+    return parts, figures
+
+
+def checked(path, what, name, entry, number, kinds):
+    """An entry needs its number, a kind, and what its kind must name; else one line says which."""
+    kind = (entry or {}).get("kind") if isinstance(entry, dict) else None
+    if not isinstance(entry.get(number) if kind else None, (int, float)) or kind not in kinds:
+        raise PlanError(f"{path}: {what} {name!r} needs its {number} and a kind, one of {', '.join(kinds)}")
+    if not entry.get(WHY[kind]):
+        raise PlanError(f"{path}: {what} {name!r} is {kind} and names no {WHY[kind]}; add its {WHY[kind]!r}")
+
+
+def sum_of(path, name, terms, figures):
+    """(seconds, kind) of a projected part: its terms added; its kind the weakest of its figures', at best
+    projected."""
+    if not isinstance(terms, list) or not terms:
+        raise PlanError(f"{path}: part {name!r} is projected and names no terms; add its 'terms'")
+    seconds, used = 0.0, []
+    for term in terms:
+        names = names_of(term)
+        if names is None:
+            raise PlanError(f"{path}: part {name!r} has a term {term!r}; a term is a figure, or [megabytes, rate]")
+        unknown = [n for n in names if n not in figures]
+        if unknown:
+            raise PlanError(f"{path}: part {name!r} names no figure {unknown[0]!r}; add it under 'figures'")
+        seconds += term_seconds(term, figures)
+        used += names
+    return seconds, weakest(["projected", *(figures[n]["kind"] for n in used)])
+
+
+def names_of(term):
+    """The figures a term names: a figure of seconds; or [megabytes, rate], the megabytes one figure or a
+    list of them (added), the rate in megabytes a second. None: not a term."""
+    if isinstance(term, str):
+        return [term]
+    if not (isinstance(term, list) and len(term) == 2 and isinstance(term[1], str)):
+        return None
+    megabytes = term[0] if isinstance(term[0], list) else [term[0]]
+    return [*megabytes, term[1]] if megabytes and all(isinstance(m, str) for m in megabytes) else None
+
+
+def term_seconds(term, figures):
+    *megabytes, rate = names_of(term)
+    if isinstance(term, str):
+        return figures[term]["value"]
+    return sum(figures[m]["value"] for m in megabytes) / figures[rate]["value"]
 
 
 def weakest(kinds):
     return max(kinds, key=KINDS.index)
 
 
-def timeline(parts, workers, train_s):
-    """The parts in order, {name: (seconds, kind)}, for a head and `workers` workers training train_s seconds."""
-    line = {name: (parts[name]["seconds"], parts[name]["kind"]) for name in HEAD}
+def timeline(parts, workers, train_s, path="build"):
+    """The parts in order, {name: (seconds, kind)}, for a head and `workers` workers training train_s seconds,
+    on a path; the image part is named image on both."""
+    line = {name if name in PARTS else "image": (parts[name]["seconds"], parts[name]["kind"]) for name in head(path)}
     if workers:
         line["workers"] = (
-            sum(parts[n]["seconds"] for n in WORKER),  # the workers come up in parallel: one worker's time
-            weakest(parts[n]["kind"] for n in WORKER),
+            sum(parts[n]["seconds"] for n in worker(path)),  # the workers come up in parallel: one worker's time
+            weakest(parts[n]["kind"] for n in worker(path)),
         )
     else:
         line["workers"] = (0.0, "none")
@@ -68,3 +131,12 @@ def cost(line, workers, head_usd_per_hour, worker_usd_per_hour):
     total = sum(s for s, _ in line.values())
     worker_s = sum(line[n][0] for n in ("workers", "train", "down")) if workers else 0.0
     return total / 3600, (total * head_usd_per_hour + workers * worker_s * worker_usd_per_hour) / 3600
+
+
+def cheapest_and_fastest(rows):
+    """The rows (dicts with nodes, hours, dollars) of the fewest dollars and of the fewest hours; a tie goes
+    to the fewer nodes."""
+    return (
+        min(rows, key=lambda r: (r["dollars"], r["nodes"])),
+        min(rows, key=lambda r: (r["hours"], r["nodes"])),
+    )

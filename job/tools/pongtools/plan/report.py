@@ -308,15 +308,16 @@ def milestone(name, batch_size, readings, dollars_per_hour, out=print, sp=None, 
         )
 
 
-def end_to_end(line, parts, workers, price, reading, out=print, sp=None):
-    """The end_to_end line, from `make up` to `make down` (endtoend.timeline's parts in order, each
-    `<part>_s=` and `<part>_kind=`), its hours and dollars on demand and, given a spot price, with the
-    workers at it; then one end_to_end_part line per input, with its command, source or basis."""
+def end_to_end(line, path, parts, workers, price, reading, out=print, sp=None):
+    """The end_to_end line of a path (build, pull), from `make up` to `make down` (endtoend.timeline's parts in
+    order, each `<part>_s=` and `<part>_kind=`), its hours and dollars on demand and, given a spot price, with
+    the workers at it."""
     figures = {}
     for name, (seconds, kind) in line.items():
         figures |= {f"{name}_s": float(seconds), f"{name}_kind": kind}
         if name == "workers":
-            figures |= {"workers": workers, "workers_join_s": float(parts["worker_join"]["seconds"])}
+            join = parts["worker_join"]
+            figures |= {"workers": workers, "workers_join_s": float(join["seconds"]), "workers_join_kind": join["kind"]}
         if name == "train":
             most = max(reading["updates"])  # the seed that needed the most updates: the budget
             figures |= {"train_updates": most, "train_updates_kind": reading["kind"], "seeds": seeds_of(reading)}
@@ -335,6 +336,7 @@ def end_to_end(line, parts, workers, price, reading, out=print, sp=None):
     out(
         kv(
             "end_to_end",
+            path=path,
             **figures,
             hours=hours,
             dollars=dollars,
@@ -343,9 +345,15 @@ def end_to_end(line, parts, workers, price, reading, out=print, sp=None):
             order="head_then_workers_in_parallel",
         )
     )
-    for name in (*endtoend.HEAD, "worker_join", "down"):
+
+
+def end_to_end_parts(parts, figures, out=print):
+    """One end_to_end_part line per part of the end_to_end lines, with its command, source, basis or terms
+    (a projected part's sum, written out), then one end_to_end_figure line per figure those terms name."""
+    for name in endtoend.NEEDED:
         p = parts[name]
-        why = endtoend.WHY[p["kind"]]
+        why = "terms" if "terms" in p else endtoend.WHY[p["kind"]]  # a projected part's kind is its weakest figure's
+        said = formula(p["terms"]) if why == "terms" else p[why]
         out(
             kv(
                 "end_to_end_part",
@@ -353,7 +361,84 @@ def end_to_end(line, parts, workers, price, reading, out=print, sp=None):
                 seconds=float(p["seconds"]),
                 kind=p["kind"],
                 what=p["what"],
-                **{why: p[why]},
+                **{why: said},
                 **({"caveat": p["caveat"]} if p.get("caveat") else {}),
             )
         )
+    for name, f in figures.items():
+        why = endtoend.WHY[f["kind"]]
+        out(
+            kv(
+                "end_to_end_figure",
+                figure=name,
+                value=f["value"],
+                kind=f["kind"],
+                what=f["what"],
+                **{why: f[why]},
+                **({"caveat": f["caveat"]} if f.get("caveat") else {}),
+            )
+        )
+
+
+def formula(terms):
+    """A projected part's terms as a sum: `a + (b + c) / d`."""
+    said = []
+    for term in terms:
+        if isinstance(term, str):
+            said.append(term)
+            continue
+        megabytes, rate = term
+        top = " + ".join(megabytes) if isinstance(megabytes, list) else megabytes
+        said.append(f"({top}) / {rate}" if isinstance(megabytes, list) and len(megabytes) > 1 else f"{top} / {rate}")
+    return " + ".join(said)
+
+
+def size(nodes, cpus, reading, lines, costs, out=print):
+    """The size line of one cluster size: its training to the play criterion (projected), and on each path
+    (lines: {path: endtoend.timeline}; costs: {path: {hours, dollars}}) the seconds of `make up` until the
+    workers have joined, with the kind of its weakest part, and the hours and dollars to `make down`."""
+    any_line = next(iter(lines.values()))
+    by_path = {}
+    for path, line in lines.items():
+        up = [part for part in line if part not in ("train", "down")]
+        by_path |= {
+            f"{path}_up_s": sum(line[p][0] for p in up),
+            f"{path}_up_kind": endtoend.weakest(line[p][1] for p in up if line[p][1] != "none"),
+            f"{path}_hours": costs[path]["hours"],
+            f"{path}_dollars": costs[path]["dollars"],
+        }
+    out(
+        kv(
+            "size",
+            nodes=nodes,
+            cpus_per_node=cpus,
+            actors=nodes * cpus,
+            train_updates=max(reading["updates"]),
+            train_updates_kind=reading["kind"],
+            train_s=float(any_line["train"][0]),
+            train_kind=any_line["train"][1],
+            down_s=float(any_line["down"][0]),
+            down_kind=any_line["down"][1],
+            **by_path,
+        )
+    )
+
+
+def sizes(path, cheapest, fastest, cpus, price, out=print):
+    """Which of the sizes costs the least and which takes the least time, from `make up` to `make down`
+    to the play criterion, on a path, on demand."""
+    out(
+        kv(
+            "sizes",
+            path=path,
+            cheapest_nodes=cheapest["nodes"],
+            cheapest_hours=cheapest["hours"],
+            cheapest_dollars=cheapest["dollars"],
+            fastest_nodes=fastest["nodes"],
+            fastest_hours=fastest["hours"],
+            fastest_dollars=fastest["dollars"],
+            cpus_per_node=cpus,
+            usd_per_node_hour=price.usd_per_node_hour,
+            to="play_criterion",
+        )
+    )
