@@ -16,8 +16,11 @@ CLUSTER ?= cluster/aws.yaml
 # only stops jobs at their MAX_HOURS; empty: as the YAML says: 20 for cluster/aws.yaml, 0 for cluster/local.yaml).
 # MAX_NODE_HOURS=h: every node ends itself h hours after `ray up` set it up, h >= 0.5 (empty: the YAML's, 4
 # for cluster/aws.yaml), the backstop that needs no AWS right (docs/aws.md).
+# NODES=N TYPE=T (on the command line): N nodes of EC2 instance type T, CPUs from EC2's physical cores
+# (NODES alone keeps the type, TYPE alone the count; `make preflight` names the largest size your quota allows).
 # Any of them launches a copy of CLUSTER that cluster/variant.py writes into VARIANT_DIR.
 SPOT ?= 0
+TYPE ?=
 MIN_WORKERS ?=
 AUTODOWN ?=
 MAX_NODE_HOURS ?=
@@ -112,8 +115,12 @@ LOCK := $(UV) pip compile --quiet --universal --python-version 3.11 --generate-h
 # The job's package is the folder inside job/$(JOB) that has a train module.
 PACKAGE = $(notdir $(patsubst %/train.py,%,$(wildcard job/$(JOB)/*/train.py)))
 JOBS = $(notdir $(patsubst %/,%,$(dir $(patsubst %/,%,$(dir $(wildcard job/*/*/train.py))))))
-# The launcher config of `make up` and `make preflight`: CLUSTER, or its variant for SPOT, MIN_WORKERS, AUTODOWN, MAX_NODE_HOURS or IMAGE.
-LAUNCH = $(if $(filter-out 0,$(SPOT))$(MIN_WORKERS)$(AUTODOWN)$(MAX_NODE_HOURS)$(IMAGE),$(VARIANT_DIR)/$(basename $(notdir $(CLUSTER)))-spot$(SPOT)$(if $(MIN_WORKERS),-min$(MIN_WORKERS))$(if $(AUTODOWN),-autodown$(AUTODOWN))$(if $(MAX_NODE_HOURS),-hours$(MAX_NODE_HOURS))$(if $(IMAGE),-pull).yaml,$(CLUSTER))
+# The launcher config of `make up` and `make preflight`: CLUSTER, or its variant for SPOT, MIN_WORKERS, AUTODOWN,
+# MAX_NODE_HOURS, IMAGE, NODES or TYPE. NODES and TYPE size it only from the command line (NODES's default is
+# `make plan`'s; a TYPE in the shell's environment is not taken without a word).
+SIZE_NODES = $(if $(filter command line,$(origin NODES)),$(NODES))
+SIZE_TYPE = $(if $(filter command line,$(origin TYPE)),$(TYPE))
+LAUNCH = $(if $(filter-out 0,$(SPOT))$(MIN_WORKERS)$(AUTODOWN)$(MAX_NODE_HOURS)$(IMAGE)$(SIZE_NODES)$(SIZE_TYPE),$(VARIANT_DIR)/$(basename $(notdir $(CLUSTER)))-spot$(SPOT)$(if $(MIN_WORKERS),-min$(MIN_WORKERS))$(if $(AUTODOWN),-autodown$(AUTODOWN))$(if $(MAX_NODE_HOURS),-hours$(MAX_NODE_HOURS))$(if $(IMAGE),-pull)$(if $(SIZE_NODES),-n$(SIZE_NODES))$(if $(SIZE_TYPE),-$(SIZE_TYPE)).yaml,$(CLUSTER))
 # How every tool target runs its tool, $(PONGTOOLS).<tool>: a module of the tools package job/tools/pongtools
 # (never shipped), which imports the job's package pgpong (job/pong).
 PONGTOOLS = PYTHONPATH=job/pong:job/tools python -m pongtools
@@ -140,7 +147,7 @@ endef
 # Checks CLUSTER and the choices (a mistake: one line, exit 2, nothing written), writes the launched copy if
 # any choice asks for one, and prints variant's line: what is launched, its autodown and backstop.
 define write-variant
-PYTHONPATH=job/pong $(BIN)/python cluster/variant.py "$(CLUSTER)" --spot "$(SPOT)" $(if $(MIN_WORKERS),--min-workers "$(MIN_WORKERS)") $(if $(AUTODOWN),--autodown "$(AUTODOWN)") $(if $(MAX_NODE_HOURS),--max-node-hours "$(MAX_NODE_HOURS)") $(if $(IMAGE),--image "$(IMAGE)") $(if $(filter-out $(CLUSTER),$(LAUNCH)),--out "$(LAUNCH)")
+PYTHONPATH=job/pong $(BIN)/python cluster/variant.py "$(CLUSTER)" --spot "$(SPOT)" $(if $(MIN_WORKERS),--min-workers "$(MIN_WORKERS)") $(if $(AUTODOWN),--autodown "$(AUTODOWN)") $(if $(MAX_NODE_HOURS),--max-node-hours "$(MAX_NODE_HOURS)") $(if $(IMAGE),--image "$(IMAGE)") $(if $(SIZE_NODES),--nodes "$(SIZE_NODES)") $(if $(SIZE_TYPE),--instance-type "$(SIZE_TYPE)") $(if $(filter-out $(CLUSTER),$(LAUNCH)),--out "$(LAUNCH)")
 endef
 define say-image
 echo "image path=$(if $(IMAGE),pull image=$(IMAGE) from=$(if $(filter file,$(origin IMAGE)),$(PUSHED_IMAGE_FILE),IMAGE),build image=$(shell sed -n 's/^IMAGE=//p' infra/image.env) on=every_node)"
@@ -299,7 +306,7 @@ preflight: $(INSTALLED) ## Check CLUSTER (SPOT, MIN_WORKERS as for up) against y
 	@$(need-cluster-file)
 	@$(need-own-image)
 	@$(write-variant)
-	@PYTHONPATH=job/pong $(BIN)/python infra/preflight.py $(LAUNCH)
+	@PYTHONPATH=job/pong $(BIN)/python infra/preflight.py "$(LAUNCH)" --full "$(CLUSTER)"
 
 .PHONY: token
 token: $(INSTALLED) ## Create the cluster token ~/.ray/auth_token unless it exists (ray up copies it to every node)
@@ -354,7 +361,7 @@ bench: $(INSTALLED) ## Benchmark the trainer against the bare emulator and the t
 
 .PHONY: plan
 plan: $(INSTALLED) ## Project NODES x CPUS at BATCH: seconds per update, $ an hour, hours and $ to a win and from up to down
-	@$(PONGTOOLS).plan project --nodes $(NODES) --cpus $(CPUS) --batch-size $(BATCH) --cluster $(CLUSTER) $(ARGS)
+	@$(PONGTOOLS).plan project --nodes $(NODES) --cpus $(CPUS) --batch-size $(BATCH) --cluster $(CLUSTER) $(if $(SIZE_TYPE),--instance-type "$(SIZE_TYPE)") $(ARGS)
 
 .PHONY: plan-inputs
 plan-inputs: $(INSTALLED) ## Rebuild the plan's inputs: episode lengths from RUN's metrics (and FRESH's first update), milestones of the MILESTONES runs

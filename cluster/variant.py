@@ -1,20 +1,27 @@
-"""Writes the copy of a cluster YAML that `make up` and `make preflight` launch for SPOT=1, MIN_WORKERS=N, AUTODOWN=N, MAX_NODE_HOURS or IMAGE.
+"""Writes the copy of a cluster YAML that `make up` and `make preflight` launch for SPOT=1, MIN_WORKERS=N, AUTODOWN=N,
+MAX_NODE_HOURS, IMAGE, NODES=N or TYPE=T.
 
-    make up SPOT=1                  # workers on spot capacity; the head stays on demand
+    make up SPOT=1                  # spot workers, falling back type by type, then to on demand; the head on demand
     make up MIN_WORKERS=0           # the head alone at first; the autoscaler adds workers when asked
     make up AUTODOWN=60             # the head tears the cluster down 60 minutes after its last job
     make up AUTODOWN=0              # caps only: the watcher stops a job at its MAX_HOURS, never the cluster
     make up MAX_NODE_HOURS=8        # every node ends itself 8 hours after `ray up` (the backstop; default 4)
     make up IMAGE=127.0.0.1:5000/pong-on-ray:ray2.60.0-py311   # every node pulls the image `make image-push` pushed
+    make up NODES=2 TYPE=c5.4xlarge # 2 nodes of 8 cores (EC2's DefaultCores of c5.4xlarge): fits 32 vCPUs
     make preflight SPOT=1           # checks the same copy: spot quota, spot price in each zone
     PYTHONPATH=job/pong .venv/bin/python cluster/variant.py cluster/aws.yaml --spot 1 --out /tmp/aws-spot.yaml
     PYTHONPATH=job/pong .venv/bin/python cluster/variant.py cluster/aws.yaml   # no --out: checks it, writes nothing
 
-The YAML stays the one source of both choices: it holds an on-demand worker type
-(ray.worker.default, with the workers) and a spot one (ray.worker.spot, whose node_config
+The YAML stays the one source of every choice: it holds an on-demand worker type
+(ray.worker.default, with the workers) and spot ones (ray.worker.spot and its kin, whose node_config
 carries InstanceMarketOptions, with none). For those, the copy differs in worker counts only:
---spot 1 gives the spot type the workers and the on-demand type none, and --min-workers N
-sets the minimum of whichever type has them. The head's type is never touched.
+--spot 1 lets every spot type and the on-demand one have up to the most workers and none at first
+(the head's autoscaler starts them when a job asks, trying the types by priority and moving past one
+EC2 refused: infra/autoscaler/try_in_order.py), and --min-workers N (SPOT=0 only) sets the minimum of
+the on-demand type. --nodes N and --instance-type T (sized) resize it: T for the head and the workers
+of the head's type, T's size in each other spot type's family (a type EC2 lacks, or of other cores, is
+left out), resources.CPU and --num-cpus at T's physical cores as EC2 describes them
+(DescribeInstanceTypes, VCpuInfo.DefaultCores), max_workers and the workers' counts at N - 1.
 --autodown N starts infra/autodown.py on the head, from the last of head_start_ray_commands, with
 --idle-minutes N, in place of the YAML's own (both YAMLs have one: aws.yaml 20, local.yaml 0); 0 is
 the watcher that enforces job caps only and never tears down. --max-node-hours H sets the hours of the
@@ -22,15 +29,18 @@ backstop step of initialization_commands (infra/backstop.sh; aws.yaml's is 4; lo
 --image NAME (with_image) makes every node pull NAME instead of building the image. Alone, each
 leaves the worker counts as they are, so --autodown and --image fit cluster/local.yaml too, which has
 no worker types. Prints one line, `variant cluster=... out=... node_type=... market=... min_workers=N
-max_workers=M autodown_minutes=N|caps_only|off max_node_hours=H|none image=...` (node_type to
-max_workers only for a YAML of worker types or when SPOT or MIN_WORKERS change them); without --out
+max_workers=M autodown_minutes=N|caps_only|off max_node_hours=H|none image=...` (nodes, instance_type and
+cpus_per_node when NODES or TYPE size it; node_type to max_workers only for a YAML of worker types or when SPOT or
+MIN_WORKERS change them; node_type lists the types that may have workers in the order they are tried); without --out
 it writes nothing and out is the cluster file itself, which `make up` then launches as it is. A
-mistake, in the flags or in the cluster file, is one line and exit 2, and nothing is written.
+mistake, in the flags or in the cluster file, is one line and exit 2, and nothing is written; EC2 out of
+reach (no credentials, no network) is one line and exit 1.
 """
 
 import copy
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import yaml
@@ -49,25 +59,133 @@ def is_spot(node_type):
     return node_type.get("node_config", {}).get("InstanceMarketOptions", {}).get("MarketType") == "spot"
 
 
+def tried(workers, names):
+    """The names in the order the head's autoscaler tries their types: the highest priority first
+    (infra/autoscaler/try_in_order.py), the YAML's order among equals."""
+    return sorted(names, key=lambda name: -workers[name].get("priority", 0))
+
+
 def variant(config, spot, min_workers=None):
-    """A copy of a cluster config (a dict as in the YAML) whose workers are all of the spot worker type
-    (spot) or of the on-demand one, with min_workers at `min_workers` (None: as the YAML has it).
-    Returns (config, the chosen node type's name); ValueError says what is wrong."""
+    """A copy of a cluster config (a dict as in the YAML) whose workers are of the on-demand worker type,
+    with min_workers at `min_workers` (None: as the YAML has it), or, with `spot`, of any spot type or the
+    on-demand one as a fallback: each may have up to the most workers and none at first, since the head's
+    autoscaler can move past a type it cannot get only for workers it adds (a type's min_workers it launches
+    whatever its failures). Returns (config, the names of the types that may have workers, in the order the
+    autoscaler tries them); ValueError says what is wrong."""
     config = copy.deepcopy(config)
     head = config.get("head_node_type")
     workers = {name: t for name, t in config.get("available_node_types", {}).items() if name != head}
-    market = "spot" if spot else "on-demand"
-    chosen = [name for name, t in workers.items() if is_spot(t) == spot]
-    if len(chosen) != 1:
-        what = "InstanceMarketOptions: {MarketType: spot}" if spot else "no InstanceMarketOptions"
-        raise ValueError(f"needs exactly one {market} worker type (a node_config with {what}), has {len(chosen)}")
+    on_demand = [name for name, t in workers.items() if not is_spot(t)]
+    spots = [name for name, t in workers.items() if is_spot(t)]
+    if len(on_demand) != 1:
+        raise ValueError(
+            f"needs exactly one on-demand worker type (a node_config with no InstanceMarketOptions), has {len(on_demand)}"
+        )
+    if spot and not spots:
+        raise ValueError("has no spot worker type (a node_config with InstanceMarketOptions: {MarketType: spot})")
     most = max(t.get("max_workers", 0) for t in workers.values())
     least = max(t.get("min_workers", 0) for t in workers.values()) if min_workers is None else min_workers
+    if spot and min_workers:
+        raise ValueError(
+            f"starts spot workers when a job asks for them, so that a type short of spot capacity gives way to "
+            f"the next; MIN_WORKERS={min_workers} needs SPOT=0"
+        )
     if least > most:
         raise ValueError(f"allows at most {most} workers (max_workers), so MIN_WORKERS={least} is too many")
+    chosen = tried(workers, spots) + on_demand if spot else on_demand
     for name, t in workers.items():
-        t["min_workers"], t["max_workers"] = (least, most) if name == chosen[0] else (0, 0)
-    return config, chosen[0]
+        t["min_workers"], t["max_workers"] = (0, most) if spot else ((least, most) if name in chosen else (0, 0))
+    return config, chosen
+
+
+class TypeMistake(ValueError):
+    """A TYPE that names no instance type EC2 offers: said without the YAML's name."""
+
+
+# An EC2 instance type's name, family.size: c5.9xlarge, c5d.4xlarge, m7i-flex.large.
+INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
+NUM_CPUS = re.compile(r"--num-cpus=\d+")
+
+
+def size_types(config, instance_type):
+    """{node type: instance type} of a copy of TYPE=instance_type: it for the head and for every worker type of
+    the head's instance type, and each other worker type's family at its size (c5d.9xlarge -> c5d.4xlarge for
+    c5.4xlarge). ValueError if it is no instance type's name."""
+    if not INSTANCE_TYPE.match(instance_type):
+        raise TypeMistake(f"TYPE={instance_type} is no EC2 instance type's name (family.size, e.g. c5.4xlarge)")
+    types = config.get("available_node_types", {})
+    head = types.get(config.get("head_node_type"), {}).get("node_config", {}).get("InstanceType")
+    size = instance_type.split(".", 1)[1]
+    wanted = {}
+    for name, t in types.items():
+        own = t.get("node_config", {}).get("InstanceType", "")
+        wanted[name] = instance_type if own == head else f"{own.split('.', 1)[0]}.{size}"
+    return wanted
+
+
+def ec2_cores(region, instance_types, client=None):
+    """{instance type: physical cores} of those EC2 offers in region (DescribeInstanceTypes,
+    VCpuInfo.DefaultCores); one it does not know is left out. botocore's errors (no credentials, no
+    network, a refusal) are for the caller."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    ec2 = client or boto3.client("ec2", region_name=region)
+    cores = {}
+    for instance_type in sorted(instance_types):  # one a call: EC2 refuses a whole list for one unknown name
+        try:
+            (info,) = ec2.describe_instance_types(InstanceTypes=[instance_type])["InstanceTypes"]
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") != "InvalidInstanceType":
+                raise
+            continue
+        cores[instance_type] = info["VCpuInfo"]["DefaultCores"]
+    return cores
+
+
+def sized(config, nodes=None, types=None, cores=None):
+    """A copy of a cluster config of `nodes` nodes (None: as it has), of the instance types `types`
+    (size_types; None: as it has) whose physical cores are `cores` ({instance type: cores}, ec2_cores):
+    resources.CPU of every node type and --num-cpus of the head's and workers' `ray start` at the head
+    type's cores, max_workers and the counts of a worker type that starts all its workers at nodes - 1.
+    A worker type whose instance type EC2 lacks or whose cores differ is left out. Returns (config, the
+    node types left out); ValueError says what is wrong."""
+    config = copy.deepcopy(config)
+    head = config.get("head_node_type")
+    types_ = config.get("available_node_types")
+    if not types_ or head not in types_:
+        raise ValueError("has no available_node_types with its head_node_type: NODES and TYPE need node types")
+    left_out = []
+    if types:
+        head_type = types[head]
+        if head_type not in cores:
+            region = config["provider"]["region"]
+            raise TypeMistake(
+                f"TYPE={head_type} is no instance type EC2 offers in {region}; see `aws ec2 describe-instance-types`"
+            )
+        for name in list(types_):
+            if cores.get(types[name]) != cores[head_type]:
+                left_out.append(f"{name}:{types[name]}")
+                del types_[name]
+                continue
+            types_[name]["node_config"]["InstanceType"] = types[name]
+            types_[name]["resources"] = {**types_[name].get("resources", {}), "CPU": cores[head_type]}
+        for key in ("head_start_ray_commands", "worker_start_ray_commands"):
+            commands = config.get(key, [])
+            found = [n for n, command in enumerate(commands) if NUM_CPUS.search(command)]
+            if len(found) != 1:
+                raise ValueError(
+                    f"needs one --num-cpus=N in {key} to set to the cores of {head_type}, has {len(found)}"
+                )
+            commands[found[0]] = NUM_CPUS.sub(f"--num-cpus={cores[head_type]}", commands[found[0]])
+    if nodes is not None:
+        config["max_workers"] = nodes - 1
+        for name, t in types_.items():
+            if name != head and t.get("max_workers", 0):
+                everyone = t.get("min_workers", 0) == t["max_workers"]
+                t["max_workers"] = nodes - 1
+                t["min_workers"] = nodes - 1 if everyone else min(t.get("min_workers", 0), nodes - 1)
+    return config, left_out
 
 
 # How the head starts the watcher: in the background, out of the launcher's SSH session, a watcher
@@ -237,6 +355,34 @@ def read_cluster(path):
     return config
 
 
+class AwsError(Exception):
+    """EC2 could not be asked (no credentials, no network, a refusal): a failure, exit 1."""
+
+
+def with_size(config, nodes, instance_type):
+    """sized() with the cores EC2 gives for TYPE's instance types; (config, the fields of the line that says so)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    types = cores = None
+    if instance_type:
+        types = size_types(config, instance_type)
+        region = (config.get("provider") or {}).get("region")
+        try:
+            cores = ec2_cores(region, set(types.values()))
+        except (BotoCoreError, ClientError) as error:  # no credentials, no network, a refusal
+            raise AwsError(
+                f"cannot ask EC2 in {region} for the cores of {instance_type} ({error.__class__.__name__}: {error});"
+                " check your AWS credentials, as for `make preflight`"
+            ) from None
+    made, left_out = sized(config, nodes, types, cores)
+    head = made["available_node_types"][made["head_node_type"]]
+    fields = dict(nodes=1 + made.get("max_workers", 0), instance_type=head["node_config"].get("InstanceType"))
+    fields["cpus_per_node"] = head.get("resources", {}).get("CPU", "auto")
+    if left_out:
+        fields["left_out"] = ",".join(left_out)
+    return made, fields
+
+
 def main(argv=None):
     p = Parser(prog="variant", description=__doc__.splitlines()[0])
     p.add_argument("cluster", help="the cluster YAML, e.g. cluster/aws.yaml")
@@ -254,15 +400,20 @@ def main(argv=None):
         help="hours after its setup at which every node ends itself, the backstop (MAX_NODE_HOURS; default: the YAML's)",
     )
     p.add_argument("--image", help="REGISTRY/name:tag that every node pulls instead of building the image (IMAGE)")
+    p.add_argument("--nodes", type=at_least(1), help="nodes in all, the head included (NODES; default: the YAML's)")
+    p.add_argument("--instance-type", help="the EC2 instance type of every node, e.g. c5.4xlarge (TYPE)")
     p.add_argument("--out", help="the YAML to write (none: check the cluster file, write nothing)")
     a = p.parse_args(argv)
+    size = {}
     try:
         config = read_cluster(a.cluster)
         made, node_type = config, None
+        if a.nodes is not None or a.instance_type:
+            made, size = with_size(made, a.nodes, a.instance_type)
         # A YAML of node types (aws.yaml) always names its worker type; one without (local.yaml: a
         # list of hosts) only when SPOT or MIN_WORKERS asks for one, which then says it has none.
         if "available_node_types" in config or a.spot == "1" or a.min_workers is not None:
-            made, node_type = variant(config, a.spot == "1", a.min_workers)
+            made, node_type = variant(made, a.spot == "1", a.min_workers)
         if a.autodown is not None:
             made = with_autodown(made, a.autodown)
         if a.max_node_hours is not None:
@@ -271,11 +422,16 @@ def main(argv=None):
             made = with_image(made, a.image)
     except (OSError, yaml.YAMLError, AttributeError, UnicodeDecodeError) as error:
         fail(f"cannot read the cluster config {a.cluster} ({error.__class__.__name__}); pass CLUSTER=<file.yaml>")
+    except TypeMistake as error:
+        fail(str(error))
     except ValueError as error:
         fail(f"{a.cluster} {error}")
+    except AwsError as error:
+        print(f"variant: {error}", file=sys.stderr)
+        sys.exit(1)
     if a.out:
         write(made, a)
-    report(made, node_type, a)
+    report(made, node_type, size, a)
 
 
 def write(made, a):
@@ -287,20 +443,23 @@ def write(made, a):
         f"{'' if a.min_workers is None else f' --min-workers {a.min_workers}'}"
         f"{'' if a.autodown is None else f' --autodown {a.autodown:g}'}"
         f"{'' if a.max_node_hours is None else f' --max-node-hours {a.max_node_hours:g}'}"
-        f"{f' --image {a.image}' if a.image else ''}): its worker counts, autodown, backstop and image are the only\n"
+        f"{f' --image {a.image}' if a.image else ''}"
+        f"{'' if a.nodes is None else f' --nodes {a.nodes}'}"
+        f"{f' --instance-type {a.instance_type}' if a.instance_type else ''}): its size, worker counts, autodown,"
+        " backstop and image are the only\n"
         f"# possible differences. Do not edit: `make up` writes it again; the comments are in {a.cluster}.\n"
     )
     out.write_text(header + yaml.dump(made, Dumper=Expanded, sort_keys=False, width=120))
 
 
-def report(made, node_type, a):
+def report(made, node_type, size, a):
     """variant's one line: what `make up` launches."""
     workers = {}
     if node_type:
-        spec = made["available_node_types"][node_type]
+        spec = made["available_node_types"][node_type[0]]
         workers = dict(
-            node_type=node_type,
-            market="spot" if a.spot == "1" else "on-demand",
+            node_type=",".join(node_type),
+            market="spot_then_on_demand" if a.spot == "1" else "on-demand",
             min_workers=spec["min_workers"],
             max_workers=spec["max_workers"],
         )
@@ -311,6 +470,7 @@ def report(made, node_type, a):
             "variant",
             cluster=a.cluster,
             out=a.out or a.cluster,
+            **size,
             **workers,
             autodown_minutes=autodown,
             max_node_hours="none" if hours is None else f"{hours:g}",

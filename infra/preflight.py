@@ -1,6 +1,7 @@
 """Checks an AWS cluster launcher config against your AWS account before anyone pays.
 
     make preflight                                          # CLUSTER=cluster/aws.yaml
+    make preflight NODES=2 TYPE=c5.4xlarge                  # the copy `make up` launches of that size
     PYTHONPATH=job/pong .venv/bin/python infra/preflight.py cluster/aws.yaml    # the same, by hand
 
 Reads the YAML as `ray up` does (Ray's defaults filled in, Ray's validator run) and asks
@@ -15,7 +16,14 @@ AWS, with read-only calls, whether `ray up` can get what the YAML asks for:
                       and Ubuntu version
     quota             the vCPU quota the nodes count against (on demand: L-1216C47A,
                       Running On-Demand Standard instances; spot: L-34B43A08), minus what
-                      already runs in the region, against what the YAML needs
+                      already runs in the region, against what the YAML needs (with
+                      SPOT=1, fallback_need: the on-demand vCPUs of workers in place of spot)
+    size              the most nodes of the head's instance type the free vCPUs hold today
+                      (free // vCPUs a node); when fewer than the YAML's, the size of the type's
+                      family in infra/prices.yaml with the most cores that fits (NODES= TYPE=)
+    quota-request     the Service Quotas request for the full cluster (--full, the YAML's own
+                      size: 11 x c5.9xlarge = 396 on-demand vCPUs, and with spot 360 spot ones),
+                      as the `aws service-quotas request-service-quota-increase` command
     key-pair          a KeyName, if the YAML names one, exists; its private key is here
     instance-profile  each IamInstanceProfile named exists, and its role holds the statements
                       `make iam` gives it (infra/iam/; bucket rights aside); Ray's own role if none
@@ -129,16 +137,19 @@ def load_cluster(path):
 
 
 def node_plan(config):
-    """[(node type, node_config, count, market)]: the head and the most workers Ray may start."""
+    """[(node type, node_config, count, market)]: the head, then each worker type that may have workers in
+    the order the head's autoscaler tries them (the highest priority first, infra/autoscaler/try_in_order.py),
+    with the most workers Ray may start of it once the types before it have theirs: 0 for a fallback (SPOT=1's
+    on-demand workers, the spot types after the first), launched only when those before it cannot be had."""
     types = config["available_node_types"]
     head = config["head_node_type"]
     plan = [(head, types[head]["node_config"], 1)]
     room = config.get("max_workers", 0)
-    for name, spec in types.items():
-        count = 0 if name == head else min(spec.get("max_workers", 0), room)
+    workers = [name for name, spec in types.items() if name != head and spec.get("max_workers", 0)]
+    for name in sorted(workers, key=lambda name: -types[name].get("priority", 0)):
+        count = min(types[name]["max_workers"], room)
         room -= count
-        if count:
-            plan.append((name, spec["node_config"], count))
+        plan.append((name, types[name]["node_config"], count))
     return [(name, node_config, count, market(node_config)) for name, node_config, count in plan]
 
 
@@ -375,7 +386,15 @@ def quota_value(quotas, code):
         return None
 
 
+def fallback_vcpus(plan, vcpus):
+    """vCPUs of on-demand workers that SPOT=1's fallback may launch in place of the spot ones (0 without spot)."""
+    spot_workers = sum(count for _, _, count, market_name in plan if market_name == "spot")
+    fallbacks = [nc["InstanceType"] for name, nc, count, m in plan[1:] if m == "on-demand" and not count]
+    return max((spot_workers * vcpus[t] for t in fallbacks if t in vcpus), default=0) if spot_workers else 0
+
+
 def check_quotas(report, session, ec2, plan, vcpus, cluster_name):
+    """One line per quota the plan needs; returns {market: (limit or None, vCPUs in use)} for the size checks."""
     need = {}
     for name, node_config, count, market_name in plan:
         instance_type = node_config["InstanceType"]
@@ -389,9 +408,13 @@ def check_quotas(report, session, ec2, plan, vcpus, cluster_name):
             continue
         need[market_name] = need.get(market_name, 0) + count * vcpus[instance_type]
     quotas = session.client("service-quotas", config=AWS_CALLS)
+    fallback = fallback_vcpus(plan, vcpus)
+    found = {}
     for market_name, wanted in sorted(need.items()):
         code, title = QUOTAS[market_name]
         limit = quota_value(quotas, code)
+        used = in_use_vcpus(ec2, market_name, cluster_name)
+        found[market_name] = (limit, used)
         if limit is None:
             report.warn(
                 "quota",
@@ -401,8 +424,10 @@ def check_quotas(report, session, ec2, plan, vcpus, cluster_name):
                 need=wanted,
             )
             continue
-        used = in_use_vcpus(ec2, market_name, cluster_name)
         fields = dict(quota=code, name=title, limit=int(limit), in_use=used, need=wanted)
+        extra = fallback if market_name == "on-demand" else 0
+        if extra:
+            fields["fallback_need"] = extra
         if used + wanted > limit:
             report.fail(
                 "quota",
@@ -410,8 +435,103 @@ def check_quotas(report, session, ec2, plan, vcpus, cluster_name):
                 "or make the cluster smaller",
                 **fields,
             )
+        elif used + wanted + extra > limit:
+            report.warn(
+                "quota",
+                f"when no spot type can be had, the on-demand workers in their place need {extra} vCPUs more",
+                **fields,
+            )
         else:
             report.ok("quota", **fields)
+    return found
+
+
+def instance_cores(ec2, instance_types):
+    """{instance type: (vCPUs, physical cores)} of those EC2 knows (DescribeInstanceTypes, VCpuInfo)."""
+    known = {}
+    for instance_type in sorted(instance_types):  # one a call: EC2 refuses a whole list for one unknown name
+        try:
+            (info,) = ec2.describe_instance_types(InstanceTypes=[instance_type])["InstanceTypes"]
+        except ClientError as error:
+            if "InvalidInstanceType" not in aws_message(error):
+                raise
+            continue
+        known[instance_type] = (info["VCpuInfo"]["DefaultVCpus"], info["VCpuInfo"]["DefaultCores"])
+    return known
+
+
+def nodes_that_fit(free, node_vcpus, spot):
+    """The most nodes of node_vcpus each that free vCPUs hold ({market: free}): on demand all of them; with
+    spot workers the head on demand and the workers on spot."""
+    if not spot:
+        return free["on-demand"] // node_vcpus
+    return 1 + free["spot"] // node_vcpus if free["on-demand"] >= node_vcpus else 0
+
+
+def check_size(report, ec2, plan, region, quotas):
+    """The largest size of the head's instance type the quotas hold today (nodes = free vCPUs // vCPUs a node),
+    and, when the plan does not fit, the size of its family in infra/prices.yaml with the most cores that does."""
+    spot = any(market_name == "spot" for _, _, _, market_name in plan)
+    markets = ["on-demand", "spot"] if spot else ["on-demand"]
+    if any(quotas.get(m, (None, 0))[0] is None for m in markets):
+        report.skip("size", "no quota value to size the cluster by")
+        return
+    free = {m: max(0, int(quotas[m][0]) - quotas[m][1]) for m in markets}
+    head_type = plan[0][1]["InstanceType"]
+    wanted = sum(count for _, _, count, _ in plan)
+    with open(PRICES) as f:
+        priced = yaml.safe_load(f)["usd_per_hour"].get(region, {})
+    known = instance_cores(ec2, {head_type} | {t for t in priced if family(t) == family(head_type)})
+    vcpus, cores = known[head_type]
+    largest = nodes_that_fit(free, vcpus, spot)
+    fields = dict(instance_type=head_type, vcpus_per_node=vcpus, cores_per_node=cores)
+    fields.update({f"free_{m.replace('-', '_')}_vcpus": free[m] for m in markets}, nodes=wanted, largest_nodes=largest)
+    if largest >= wanted:
+        report.ok("size", **fields)
+        return
+    sizes = [(min(wanted, nodes_that_fit(free, v, spot)), c, t) for t, (v, c) in known.items()]
+    fits = max(((n * c, -n, t) for n, c, t in sizes if n >= 1), default=None)
+    if fits is None:
+        report.warn(
+            "size", "no node of this family fits the free vCPUs; request a quota (check=quota-request)", **fields
+        )
+        return
+    cpus, nodes, instance_type = fits[0], -fits[1], fits[2]
+    report.warn(
+        "size",
+        f"the largest size that fits today: make up NODES={nodes} TYPE={instance_type}"
+        f"{' SPOT=1' if spot else ''} ({cpus} CPUs), planned by make plan NODES={nodes} CPUS={cpus // nodes}"
+        f" TYPE={instance_type}",
+        **fields,
+        fits=f"NODES={nodes} TYPE={instance_type}",
+    )
+
+
+def check_quota_request(report, ec2, full, spot, region, quotas):
+    """The Service Quotas request that lets the full cluster (the YAML's own size, all on demand, which also
+    covers SPOT=1's fallback; with spot, its workers on the spot quota too) start beside what already runs."""
+    head = full["available_node_types"][full["head_node_type"]]["node_config"]["InstanceType"]
+    nodes = 1 + full.get("max_workers", 0)
+    known = instance_cores(ec2, {head})
+    if head not in known:
+        report.skip("quota-request", f"EC2 does not know {head}, the instance type of the full cluster")
+        return
+    vcpus = known[head][0]
+    wanted = {"on-demand": nodes * vcpus, **({"spot": (nodes - 1) * vcpus} if spot else {})}
+    for market_name, vcpus_needed in wanted.items():
+        code, title = QUOTAS[market_name]
+        limit, used = quotas.get(market_name, (None, 0))
+        desired = used + vcpus_needed
+        fields = dict(quota=code, name=title, limit="unknown" if limit is None else int(limit), in_use=used)
+        fields.update(full_size=f"{nodes}x{head}", desired_value=desired)
+        if limit is not None and limit >= desired:
+            report.ok("quota-request", **fields, note="the quota holds the full size")
+            continue
+        command = (
+            f"aws service-quotas request-service-quota-increase --region {region} --service-code ec2"
+            f" --quota-code {code} --desired-value {desired}"
+        )
+        report.warn("quota-request", "ask AWS a day ahead: it approves on its own schedule", **fields, command=command)
 
 
 def check_key_pair(report, ec2, config, region):
@@ -562,6 +682,8 @@ def check_cost(report, plan, region, spot_prices):
         prices = yaml.safe_load(f)
     total, on_demand, nodes, spot, upper, unknown = 0.0, 0.0, 0, 0, 0, set()
     for _, node_config, count, market_name in plan:
+        if not count:  # a fallback: priced when it runs, by make preflight of then
+            continue
         instance_type = node_config["InstanceType"]
         price = prices["usd_per_hour"].get(region, {}).get(instance_type)
         if price is None:
@@ -606,12 +728,12 @@ def guarded(report, check, step, *args):
         return None
 
 
-def run_checks(report, config, path):
+def run_checks(report, config, path, full=None):
     region = config["provider"]["region"]
     plan = node_plan(config)
     print(kv("preflight", cluster=path, region=region, nodes=sum(count for _, _, count, _ in plan)), flush=True)
     session = boto3.session.Session(region_name=region, **config["provider"].get("aws_credentials", {}))
-    later = ["instance-type", "zones", "image", "quota", "key-pair", "instance-profile"]
+    later = ["instance-type", "zones", "image", "quota", "size", "quota-request", "key-pair", "instance-profile"]
     if any(market_name == "spot" for _, _, _, market_name in plan):
         later.append("spot-price")
     spot_prices = {}
@@ -643,9 +765,25 @@ def run_checks(report, config, path):
             guarded(report, "zones", check_zones, report, ec2, region, zones, plan)
             guarded(report, "image", check_images, report, session, ec2, region, plan)
             if vcpus:
-                guarded(report, "quota", check_quotas, report, session, ec2, plan, vcpus, config["cluster_name"])
+                quotas = guarded(
+                    report, "quota", check_quotas, report, session, ec2, plan, vcpus, config["cluster_name"]
+                )
+                spot = any(market_name == "spot" for _, _, _, market_name in plan)
+                guarded(report, "size", check_size, report, ec2, plan, region, quotas or {})
+                guarded(
+                    report,
+                    "quota-request",
+                    check_quota_request,
+                    report,
+                    ec2,
+                    full or config,
+                    spot,
+                    region,
+                    quotas or {},
+                )
             else:
-                report.skip("quota", "instance-type failed")
+                for check in ("quota", "size", "quota-request"):
+                    report.skip(check, "instance-type failed")
             guarded(report, "key-pair", check_key_pair, report, ec2, config, region)
             guarded(report, "instance-profile", check_instance_profiles, report, session, config, path)
             spot_prices = guarded(report, "spot-price", check_spot_prices, report, ec2, zones, plan) or {}
@@ -657,13 +795,17 @@ def main(argv=None):
     parser.add_argument(
         "cluster", nargs="?", default="cluster/aws.yaml", help="cluster launcher YAML (default cluster/aws.yaml)"
     )
+    parser.add_argument(
+        "--full", help="the cluster YAML whose own size the printed quota request is for (default: the one checked)"
+    )
     args = parser.parse_args(argv)
     try:
         config = load_cluster(args.cluster)
+        full = load_cluster(args.full) if args.full else None
     except UserError as error:
         cli.fail(str(error), prog="preflight")
     report = Report()
-    run_checks(report, config, args.cluster)
+    run_checks(report, config, args.cluster, full)
     print(
         kv(
             "preflight",

@@ -26,12 +26,16 @@ Spot instances are only requested of moto here: no real spot instance was ever s
 """
 
 import copy
+import json
+import re
+import shlex
 import stat
 import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 import yaml
 from harness import JOB_DIR, REPO, clean_env, fields, run
 from harness.aws import (
@@ -49,6 +53,8 @@ from harness.aws import (
 
 PREFLIGHT = REPO / "infra" / "preflight.py"
 VARIANT = REPO / "cluster" / "variant.py"
+SPOT_TYPES = ["ray.worker.spot", "ray.worker.spot.c5d", "ray.worker.spot.c5n"]  # in the order they are tried
+WORKER_TYPES = ["ray.worker.default", *SPOT_TYPES]
 
 
 def boto(service):
@@ -141,8 +147,7 @@ def test_ray_bootstraps_our_yaml_and_opens_only_ssh_to_the_world(aws, monkeypatc
     profiles = {name: t["node_config"]["IamInstanceProfile"] for name, t in booted["available_node_types"].items()}
     assert profiles == {
         "ray.head.default": {"Name": "pong-ray-head"},
-        "ray.worker.default": {"Name": "pong-ray-worker"},
-        "ray.worker.spot": {"Name": "pong-ray-worker"},
+        **{name: {"Name": "pong-ray-worker"} for name in WORKER_TYPES},
     }, profiles
     assert booted["head_node"] == {}, booted["head_node"]
     assert "ray-autoscaler-v1" not in {r["RoleName"] for r in iam.list_roles()["Roles"]}
@@ -242,7 +247,7 @@ def shutdown_behaviors(ids):
 
 
 def test_the_launched_copy_makes_every_node_end_itself_with_no_right_needed(aws, monkeypatch, tmp_path):
-    """The backstop, as `make up SPOT=1 MAX_NODE_HOURS=6` launches it through Ray's bootstrap and node creation:
+    """The backstop, as `make up MAX_NODE_HOURS=6` launches it through Ray's bootstrap and node creation:
     every RunInstances that Ray sends, the head's and the workers', asks EC2 to terminate the instance when its
     own OS powers it off, and every instance moto starts has that attribute (EC2's default is stop); the
     copy's first initialization command schedules the power-off 6 hours on (tests/test_aws_hosts.py runs it)."""
@@ -250,13 +255,19 @@ def test_the_launched_copy_makes_every_node_end_itself_with_no_right_needed(aws,
     from ray.autoscaler._private.util import prepare_config, validate_config
 
     monkeypatch.setattr(ray_aws, "time", SimpleNamespace(sleep=lambda seconds: None))
-    copy_path = spot_variant(tmp_path, "--max-node-hours", "6")
+    copy_path, _ = write_variant(tmp_path, "--max-node-hours", "6")
     config = prepare_config(yaml.safe_load(copy_path.read_text()))
     validate_config(config)
     assert config["initialization_commands"][0].endswith("/infra/backstop.sh 6"), config["initialization_commands"]
+    # The spot types start no node at `ray up` (the autoscaler launches them for a job): their node_config says it.
+    behaviors = {
+        name: t["node_config"].get("InstanceInitiatedShutdownBehavior")
+        for name, t in config["available_node_types"].items()
+    }
+    assert set(behaviors.values()) == {"terminate"}, behaviors
     launched, requested = launch_as_ray_does(ray_aws.bootstrap_aws(config))
 
-    assert set(launched) == {"ray.head.default", "ray.worker.spot"}, launched
+    assert set(launched) == {"ray.head.default", "ray.worker.default"}, launched
     calls = [call for calls in requested.values() for call in calls]
     assert len(calls) >= 2 and {call.get("InstanceInitiatedShutdownBehavior") for call in calls} == {"terminate"}
     behaviors = shutdown_behaviors([i for ids in launched.values() for i in ids])
@@ -270,8 +281,8 @@ def test_the_launched_copy_makes_every_node_end_itself_with_no_right_needed(aws,
 
 def launch_as_ray_does(booted):
     """Create the head and each worker type's min_workers nodes of a bootstrapped config through Ray's
-    AWSNodeProvider, as `ray up` and then the head's autoscaler create them. A type whose max_workers
-    is 0 is never launched. Returns ({node type: instance ids}, {node type: [the parameters of each
+    AWSNodeProvider, as `ray up` and then the head's autoscaler create them. A type whose min_workers
+    is 0 is not launched here (the autoscaler launches it for a request: autoscale_as_ray_does). Returns ({node type: instance ids}, {node type: [the parameters of each
     RunInstances call Ray made for it]})."""
     from ray.autoscaler._private.aws.node_provider import AWSNodeProvider
     from ray.autoscaler._private.util import hash_launch_conf
@@ -293,7 +304,7 @@ def launch_as_ray_does(booted):
     launched, requested = {}, {}
     for name, node_type in booted["available_node_types"].items():
         head = name == booted["head_node_type"]
-        if not head and node_type["max_workers"] == 0:
+        if not head and not node_type.get("min_workers"):
             continue
         node_config = dict(node_type["node_config"])
         tags = {
@@ -312,32 +323,143 @@ def launch_as_ray_does(booted):
     return launched, requested
 
 
-def spot_variant(tmp_path, *args):
-    """The copy of cluster/aws.yaml that `make up SPOT=1` launches, written as the Makefile writes it."""
-    out = tmp_path / "aws-spot1.yaml"
+def write_variant(tmp_path, *args):
+    """A copy of cluster/aws.yaml as the Makefile writes it (`make up SPOT=1`: --spot 1); (its path, its line)."""
+    out = tmp_path / "aws-variant.yaml"
     made = run(
-        [sys.executable, str(VARIANT), str(AWS_YAML), "--spot", "1", *args, "--out", str(out)],
+        [sys.executable, str(VARIANT), str(AWS_YAML), *args, "--out", str(out)],
         clean_env(PYTHONPATH=str(JOB_DIR)),
         timeout=60,
     )
     assert made.returncode == 0, made.stdout + made.stderr
-    return out
+    return out, fields(made.stdout.strip())
 
 
-def test_ray_requests_spot_workers_and_an_on_demand_head(aws, monkeypatch, tmp_path):
-    """`make up SPOT=1`'s config through Ray's own bootstrap and node creation: every worker request
-    Ray sends carries the spot options of cluster/aws.yaml, the head's none, and the instances moto
-    starts for them are spot instances, the head an on-demand one."""
+def bootstrapped(monkeypatch, path):
+    """A launcher YAML as `ray up` makes it: Ray's defaults, Ray's validator, Ray's AWS bootstrap."""
     from ray.autoscaler._private.aws import config as ray_aws
     from ray.autoscaler._private.util import prepare_config, validate_config
 
+    # Ray waits 15 s twice for IAM changes to propagate through AWS; moto needs no wait.
     monkeypatch.setattr(ray_aws, "time", SimpleNamespace(sleep=lambda seconds: None))
-    config = prepare_config(yaml.safe_load(spot_variant(tmp_path).read_text()))
+    config = prepare_config(yaml.safe_load(Path(path).read_text()))
     validate_config(config)
-    booted = ray_aws.bootstrap_aws(config)
-    launched, requested = launch_as_ray_does(booted)
+    return ray_aws.bootstrap_aws(config)
 
-    assert set(launched) == {"ray.head.default", "ray.worker.spot"}, launched
+
+def refuse_spot(monkeypatch, instance_types):
+    """Make moto's RunInstances refuse spot capacity of these instance types in every zone, as EC2 does
+    when their spot pools have none (InsufficientInstanceCapacity); on demand they still start."""
+    from moto.ec2.exceptions import EC2ClientError
+    from moto.ec2.models.instances import InstanceBackend
+
+    original = InstanceBackend.run_instances
+
+    def run_instances(self, image_id, count, user_data, security_group_names, **kwargs):
+        instance_type = kwargs.get("instance_type")
+        if kwargs.get("instance_market_options") == "spot" and instance_type in instance_types:
+            raise EC2ClientError(
+                "InsufficientInstanceCapacity", f"We currently do not have sufficient {instance_type} capacity."
+            )
+        return original(self, image_id, count, user_data, security_group_names, **kwargs)
+
+    monkeypatch.setattr(InstanceBackend, "run_instances", run_instances)
+
+
+def head_autoscaler_env(config):
+    """The variables cluster/aws.yaml's head starts Ray with that choose its autoscaler and its scorer."""
+    start = next(c for c in config["head_start_ray_commands"] if "ray start --head" in c)
+    words = shlex.split(start.split(";")[-1])
+    return dict(w.split("=", 1) for w in words[: words.index("ray")] if w.startswith(("RAY_", "PYTHONPATH=")))
+
+
+def autoscale_as_ray_does(monkeypatch, booted, cpus, rounds=12):
+    """The launch path of the head's autoscaler as cluster/aws.yaml starts it (Ray's first autoscaler with the
+    scorer its head_start_ray_commands name, loaded by Ray from RAY_AUTOSCALER_UTILIZATION_SCORER off the
+    PYTHONPATH they give, here the same folder of this checkout), round after round as StandardAutoscaler.update
+    runs it: ResourceDemandScheduler.get_nodes_to_launch for a request_resources of `cpus` one-CPU bundles (what
+    the trainer asks, pgpong/capacity.py), then BaseNodeLauncher.launch_node of each type through Ray's
+    AWSNodeProvider, whose failures Ray's NodeProviderAvailabilityTracker records. The head's config is where
+    `ray up` puts it, ~/ray_bootstrap_config.yaml. Returns ({node type: worker ids}, the tracker, the
+    parameters of every RunInstances call Ray made)."""
+    from ray.autoscaler._private.aws.node_provider import AWSNodeProvider
+    from ray.autoscaler._private.event_summarizer import EventSummarizer
+    from ray.autoscaler._private.node_launcher import BaseNodeLauncher
+    from ray.autoscaler._private.node_provider_availability_tracker import NodeProviderAvailabilityTracker
+    from ray.autoscaler._private.resource_demand_scheduler import ResourceDemandScheduler
+    from ray.autoscaler._private.util import ConcurrentCounter
+    from ray.autoscaler.tags import NODE_KIND_WORKER, TAG_RAY_NODE_KIND, TAG_RAY_USER_NODE_TYPE
+
+    env = head_autoscaler_env(booted)
+    assert env["RAY_enable_autoscaler_v2"] == "0", env
+    folder = Path(env["PYTHONPATH"]).relative_to("/tmp/pong-build/infra")  # the file_mounts' infra folder
+    monkeypatch.syspath_prepend(str(REPO / "infra" / folder))
+    monkeypatch.setenv("RAY_AUTOSCALER_UTILIZATION_SCORER", env["RAY_AUTOSCALER_UTILIZATION_SCORER"])
+    (Path.home() / "ray_bootstrap_config.yaml").write_text(json.dumps(booted))
+
+    provider = AWSNodeProvider(booted["provider"], booted["cluster_name"])
+    calls = []
+    provider.ec2_fail_fast.meta.client.meta.events.register(
+        "provide-client-params.ec2.RunInstances", lambda params, **_: calls.append(copy.deepcopy(params))
+    )
+    types = booted["available_node_types"]
+    scheduler = ResourceDemandScheduler(
+        provider, types, booted["max_workers"], booted["head_node_type"], booted["upscaling_speed"]
+    )
+    tracker, pending = NodeProviderAvailabilityTracker(), ConcurrentCounter()
+    launcher = BaseNodeLauncher(provider, pending, EventSummarizer(), tracker, node_types=types)
+    for _ in range(rounds):
+        to_launch, _ = scheduler.get_nodes_to_launch(
+            provider.non_terminated_nodes({}), {}, [], {}, [], {},
+            ensure_min_cluster_size=[{"CPU": 1}] * cpus,
+            node_availability_summary=tracker.summary(),
+        )  # fmt: skip
+        for node_type, count in to_launch.items():
+            pending.inc(node_type, count)
+            launcher.launch_node(booted, count, node_type)
+    workers = provider.non_terminated_nodes({TAG_RAY_NODE_KIND: NODE_KIND_WORKER})
+    launched = {}
+    for node in workers:
+        launched.setdefault(provider.node_tags(node)[TAG_RAY_USER_NODE_TYPE], []).append(node)
+    return launched, tracker, calls
+
+
+@pytest.mark.parametrize(
+    "refused, expected",
+    [
+        ([], "ray.worker.spot"),
+        (["c5.9xlarge", "c5d.9xlarge"], "ray.worker.spot.c5n"),
+        (["c5.9xlarge", "c5d.9xlarge", "c5n.9xlarge"], "ray.worker.default"),
+    ],
+    ids=["spot", "third-spot-type", "on-demand-fallback"],
+)
+def test_spot_workers_fall_back_type_by_type_then_to_on_demand(aws, monkeypatch, tmp_path, refused, expected):
+    """`make up SPOT=1 NODES=3`'s copy through Ray's own bootstrap, then the head's autoscaler asked for the
+    CPUs of 3 nodes: it asks EC2 for spot c5.9xlarge, and where EC2 has none of a type in any zone, for the
+    next type by priority, then for on-demand workers. The head is on demand; spot workers carry the YAML's
+    spot options."""
+    path, line = write_variant(tmp_path, "--spot", "1", "--nodes", "3")
+    assert line["node_type"].split(",") == [*SPOT_TYPES, "ray.worker.default"], line
+    booted = bootstrapped(monkeypatch, path)
+    head, requested = launch_as_ray_does(booted)
+    assert set(head) == {"ray.head.default"} and "InstanceMarketOptions" not in requested["ray.head.default"][0]
+    refuse_spot(monkeypatch, refused)
+    launched, tracker, calls = autoscale_as_ray_does(monkeypatch, booted, cpus=3 * 18)
+
+    assert set(launched) == {expected} and len(launched[expected]) == 2, launched
+    # Each type refused was tried and recorded as unavailable; the one that started, as available.
+    records = tracker.summary().node_availabilities
+    tried = SPOT_TYPES[: len(refused)]
+    assert {n: records[n].is_available for n in records} == {**dict.fromkeys(tried, False), expected: True}
+    assert {records[n].unavailable_node_information.category for n in tried} <= {"InsufficientInstanceCapacity"}
+    found = boto("ec2").describe_instances(InstanceIds=launched[expected])["Reservations"]
+    instances = [i for r in found for i in r["Instances"]]
+    wanted_type = booted["available_node_types"][expected]["node_config"]["InstanceType"]
+    assert {i["InstanceType"] for i in instances} == {wanted_type}, instances
+    lifecycle = {i.get("InstanceLifecycle", "on-demand") for i in instances}
+    assert lifecycle == ({"on-demand"} if expected == "ray.worker.default" else {"spot"}), instances
+    # What Ray asked EC2 for: the spot types in order, each in every zone before the next, with the YAML's
+    # spot options; then on demand.
     spot_options = yaml.safe_load(AWS_YAML.read_text())["available_node_types"]["ray.worker.spot"]["node_config"][
         "InstanceMarketOptions"
     ]
@@ -345,19 +467,11 @@ def test_ray_requests_spot_workers_and_an_on_demand_head(aws, monkeypatch, tmp_p
         "MarketType": "spot",
         "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
     }
-    (head_call,) = requested["ray.head.default"]
-    assert "InstanceMarketOptions" not in head_call, head_call
-    assert requested["ray.worker.spot"], "Ray made no RunInstances call for the workers"
-    for call in requested["ray.worker.spot"]:
-        assert call["InstanceMarketOptions"] == spot_options and call["MaxCount"] == 10, call
-        assert call["InstanceType"] == head_call["InstanceType"] == "c5.9xlarge"
-
-    found = boto("ec2").describe_instances(InstanceIds=[i for ids in launched.values() for i in ids])
-    lifecycle = {
-        i["InstanceId"]: i.get("InstanceLifecycle", "on-demand") for r in found["Reservations"] for i in r["Instances"]
-    }
-    assert {lifecycle[i] for i in launched["ray.head.default"]} == {"on-demand"}, lifecycle
-    assert {lifecycle[i] for i in launched["ray.worker.spot"]} == {"spot"}, lifecycle
+    asked = list(dict.fromkeys((c["InstanceType"], c.get("InstanceMarketOptions") == spot_options) for c in calls))
+    order = [("c5.9xlarge", True), ("c5d.9xlarge", True), ("c5n.9xlarge", True), ("c5.9xlarge", False)]
+    assert asked == order[: len(refused) + 1], asked
+    zones = {c["SubnetId"] for c in calls if c["InstanceType"] in refused[:1]}
+    assert len(zones) == (3 if refused else 0), calls
 
 
 def test_preflight_reports_the_ami_the_parameter_resolves_to(aws):
@@ -486,30 +600,35 @@ def test_preflight_with_spot_prints_each_zones_spot_price_and_costs_the_workers_
     found = checks(made)
     # the copy of the YAML `make up SPOT=1` launches, and what it puts on spot
     assert f"variant cluster=cluster/aws.yaml out={tmp_path / 'variant' / 'aws-spot1.yaml'} " in made.stdout
-    types = {c["node_type"] for c in found["instance-type"]}
-    assert types == {"ray.head.default", "ray.worker.spot"}, made.stdout
-    # the head on the on-demand quota, the 10 workers on the spot one
-    quotas = {c["quota"]: (c["status"], c["need"]) for c in found["quota"]}
-    assert quotas == {ON_DEMAND_QUOTA: ("ok", "36"), SPOT_QUOTA: ("ok", "360")}, made.stdout
-    # the price now in each zone; none for us-west-2c, said so, never guessed
-    prices = {c["zone"]: (c["status"], c["usd_per_hour"]) for c in found["spot-price"]}
-    assert prices == {
-        "us-west-2a": ("ok", "0.6012"),
-        "us-west-2b": ("ok", "0.5921"),
-        "us-west-2c": ("warn", "unknown"),
-    }, made.stdout
+    types = [c["node_type"] for c in found["instance-type"]]
+    assert types == ["ray.head.default", *SPOT_TYPES, "ray.worker.default"], made.stdout  # in the order tried
+    # the head on the on-demand quota, the 10 workers on the spot one, or on the on-demand one in their place
+    quotas = {c["quota"]: (c["status"], c["need"], c.get("fallback_need")) for c in found["quota"]}
+    assert quotas == {ON_DEMAND_QUOTA: ("ok", "36", "360"), SPOT_QUOTA: ("ok", "360", None)}, made.stdout
+    # the price now in each zone of each spot type; none for us-west-2c, said so, never guessed
+    for instance_type in ("c5.9xlarge", "c5d.9xlarge", "c5n.9xlarge"):
+        prices = {
+            c["zone"]: (c["status"], c["usd_per_hour"])
+            for c in found["spot-price"]
+            if c["instance_type"] == instance_type
+        }
+        assert prices == {
+            "us-west-2a": ("ok", "0.6012"),
+            "us-west-2b": ("ok", "0.5921"),
+            "us-west-2c": ("warn", "unknown"),
+        }, made.stdout
     # the head on demand ($1.53), 10 workers at the highest price known
     (cost,) = found["cost"]
     assert (cost["usd_per_hour"], cost["spot_usd_per_node_hour"], cost["spot_nodes"]) == ("7.54", "0.6012", "10")
     assert cost["spot_price_zone"] == "us-west-2a", cost
     assert cost["on_demand_usd_per_hour"] == "16.83" and "note" not in cost, cost
-    assert made.stdout.splitlines()[-1] == "preflight status=ok failed=0 warnings=1 failed_checks=none"
+    assert made.stdout.splitlines()[-1] == "preflight status=ok failed=0 warnings=3 failed_checks=none"
 
     # No spot price in any zone: every zone says unknown, and the workers count at the on-demand price.
     serve_spot_prices(monkeypatch, [])
     made = make_preflight(tmp_path, "SPOT=1")
     found = checks(made)
-    assert [(c["status"], c["usd_per_hour"]) for c in found["spot-price"]] == [("warn", "unknown")] * 3
+    assert [(c["status"], c["usd_per_hour"]) for c in found["spot-price"]] == [("warn", "unknown")] * 9
     (cost,) = found["cost"]
     assert cost["usd_per_hour"] == "16.83" and "spot_usd_per_node_hour" not in cost, cost
     assert cost["note"] == "10 spot nodes of unknown spot price counted at the on-demand price, an upper bound"
@@ -530,3 +649,105 @@ def test_preflight_with_spot_fails_a_spot_quota_too_small_for_the_workers(aws, m
     assert SPOT_QUOTA in spot["fix"] and "360" in spot["fix"], spot
     assert made.stdout.splitlines()[-1].startswith("preflight status=FAIL failed=1 "), made.stdout
     assert made.stdout.splitlines()[-1].endswith("failed_checks=quota"), made.stdout
+
+
+def test_a_copy_of_the_default_size_is_cluster_aws_yaml(aws):
+    """`make up NODES=11 TYPE=c5.9xlarge` writes cluster/aws.yaml itself: EC2 gives c5.9xlarge 18 cores
+    (DescribeInstanceTypes, VCpuInfo.DefaultCores; AWS publishes 36 vCPUs = 18 cores), which the YAML has."""
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    out = aws.home / "copy.yaml"
+    made = run(
+        [sys.executable, str(VARIANT), str(AWS_YAML), "--nodes", "11", "--instance-type", "c5.9xlarge", "--out", out],
+        clean_env(PYTHONPATH=str(JOB_DIR)),
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stdout + made.stderr
+    line = fields(made.stdout.strip())
+    assert (line["nodes"], line["instance_type"], line["cpus_per_node"]) == ("11", "c5.9xlarge", "18"), line
+    copy_, original = (prepare_config(yaml.safe_load(Path(p).read_text())) for p in (out, AWS_YAML))
+    validate_config(copy_)
+    assert copy_ == original
+
+
+def test_two_c5_4xlarge_fit_32_vcpus_and_launch_as_planned(aws, monkeypatch, tmp_path):
+    """A new account's 32 on-demand vCPUs: `make preflight` of the default size fails its quota and names the
+    largest size that fits, 2 x c5.4xlarge, and the request for the full 11 x c5.9xlarge; that size passes,
+    and its copy has EC2's cores of c5.4xlarge (8; AWS publishes 16 vCPUs = 8 cores) for resources.CPU and
+    --num-cpus, 1 worker, and goes through Ray's validator, bootstrap and launch."""
+    serve_ec2_quota(monkeypatch, 32, ON_DEMAND_QUOTA)
+    made = make_preflight(tmp_path)
+    assert made.returncode != 0 and made.stdout.splitlines()[-1].endswith("failed_checks=quota"), made.stdout
+    found = checks(made)
+    (quota,) = found["quota"]
+    assert (quota["status"], quota["limit"], quota["need"]) == ("FAIL", "32", "396"), quota
+    (size,) = found["size"]
+    assert (size["status"], size["largest_nodes"], size["fits"]) == ("warn", "0", "NODES=2 TYPE=c5.4xlarge"), size
+    assert "make plan NODES=2 CPUS=8 TYPE=c5.4xlarge" in size["reason"], size
+    (request,) = found["quota-request"]
+    assert (request["status"], request["full_size"], request["desired_value"]) == ("warn", "11xc5.9xlarge", "396")
+    assert request["command"] == (
+        "aws service-quotas request-service-quota-increase --region us-west-2 --service-code ec2"
+        " --quota-code L-1216C47A --desired-value 396"
+    ), request
+
+    made = make_preflight(tmp_path, "NODES=2", "TYPE=c5.4xlarge")
+    assert made.returncode == 0, made.stdout + made.stderr
+    found = checks(made)
+    (quota,) = found["quota"]
+    assert (quota["status"], quota["limit"], quota["need"]) == ("ok", "32", "32"), quota
+    (size,) = found["size"]
+    assert (size["status"], size["cores_per_node"], size["largest_nodes"], size["nodes"]) == ("ok", "8", "2", "2")
+    assert [r["desired_value"] for r in found["quota-request"]] == ["396"], made.stdout  # still the full size
+    copy_path = tmp_path / "variant" / "aws-spot0-n2-c5.4xlarge.yaml"  # the size is in its name
+    assert f"out={copy_path} nodes=2 instance_type=c5.4xlarge cpus_per_node=8 " in made.stdout, made.stdout
+
+    booted = bootstrapped(monkeypatch, copy_path)
+    types = booted["available_node_types"]
+    worker = types["ray.worker.default"]
+    assert (booted["max_workers"], worker["min_workers"], worker["max_workers"]) == (1, 1, 1), worker
+    assert {t["resources"]["CPU"] for t in types.values()} == {8}
+    instance_types = {name: t["node_config"]["InstanceType"] for name, t in types.items()}
+    assert instance_types == {
+        "ray.head.default": "c5.4xlarge",
+        "ray.worker.default": "c5.4xlarge",
+        "ray.worker.spot": "c5.4xlarge",
+        "ray.worker.spot.c5d": "c5d.4xlarge",
+        "ray.worker.spot.c5n": "c5n.4xlarge",
+    }, instance_types
+    for key in ("head_start_ray_commands", "worker_start_ray_commands"):
+        (start,) = [c for c in booted[key] if "ray start" in c]
+        assert re.findall(r"--num-cpus=\d+", start) == ["--num-cpus=8"], start
+    launched, _ = launch_as_ray_does(booted)
+    found = boto("ec2").describe_instances(InstanceIds=[i for ids in launched.values() for i in ids])
+    assert sorted(i["InstanceType"] for r in found["Reservations"] for i in r["Instances"]) == ["c5.4xlarge"] * 2
+
+
+@pytest.mark.parametrize(
+    "args, status, message",
+    [
+        (["--instance-type", "c5.huge"], 2, "error: TYPE=c5.huge is no instance type EC2 offers in us-west-2"),
+        (["--nodes", "0"], 2, "variant: error: argument --nodes: must be a whole number >= 1, not '0'"),
+    ],
+)
+def test_a_size_ec2_does_not_know_is_one_line_and_nothing_written(aws, tmp_path, args, status, message):
+    out = tmp_path / "copy.yaml"
+    made = run(
+        [sys.executable, str(VARIANT), str(AWS_YAML), *args, "--out", str(out)],
+        clean_env(PYTHONPATH=str(JOB_DIR)),
+        timeout=60,
+    )
+    assert (made.returncode, made.stdout) == (status, ""), made.stdout + made.stderr
+    assert made.stderr.startswith(message) and len(made.stderr.splitlines()) == 1, made.stderr
+    assert not out.exists()
+
+
+def test_a_size_without_aws_credentials_fails_in_one_line(aws, tmp_path):
+    env = {k: v for k, v in clean_env(PYTHONPATH=str(JOB_DIR)).items() if not k.startswith("AWS_ACCESS_KEY")}
+    out = tmp_path / "copy.yaml"
+    made = run([sys.executable, str(VARIANT), str(AWS_YAML), "--instance-type", "c5.4xlarge", "--out", out], env)
+    assert made.returncode == 1 and made.stdout == "", made.stdout + made.stderr
+    assert made.stderr.startswith(
+        "variant: cannot ask EC2 in us-west-2 for the cores of c5.4xlarge (NoCredentialsError"
+    )
+    assert len(made.stderr.splitlines()) == 1 and not out.exists(), made.stderr

@@ -58,9 +58,15 @@ def test_every_ray_start_has_the_thread_presets_and_token_mode(path):
     assert THREADS == {"OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     for key in ("head_start_ray_commands", "worker_start_ray_commands"):
         env, _ = ray_start_env(config[key])
-        # local.yaml's head runs Ray's first autoscaler (the second launches one worker too few there).
-        if path.name == "local.yaml" and key == "head_start_ray_commands":
+        # Both heads run Ray's first autoscaler (local.yaml: the second launches one worker too few there;
+        # aws.yaml: with the scorer that moves past a worker type it cannot get, test_aws.py).
+        if key == "head_start_ray_commands":
             assert env.pop("RAY_enable_autoscaler_v2", None) == "0", env
+        if path.name == "aws.yaml" and key == "head_start_ray_commands":
+            assert env.pop("RAY_AUTOSCALER_UTILIZATION_SCORER") == "try_in_order.score", env
+            scorer = env.pop("PYTHONPATH")
+            assert config["file_mounts"]["/tmp/pong-build/infra"] == "./infra", config["file_mounts"]
+            assert (REPO / "infra" / Path(scorer).relative_to("/tmp/pong-build/infra") / "try_in_order.py").is_file()
         assert env == {**THREADS, "RAY_AUTH_MODE": "token"}, (key, env)
 
 
@@ -102,32 +108,38 @@ def test_the_image_is_ours_and_is_built_on_each_node(path):
             assert (REPO / local).exists(), local
 
 
+SPOT_TYPES = ["ray.worker.spot", "ray.worker.spot.c5d", "ray.worker.spot.c5n"]
+
+
 def test_aws_is_eleven_nodes_of_eighteen_cpus():
     config = prepared(REPO / "cluster" / "aws.yaml")
     types = config["available_node_types"]
     head = types[config["head_node_type"]]
-    assert set(types) == {"ray.head.default", "ray.worker.default", "ray.worker.spot"}
-    worker, spot = types["ray.worker.default"], types["ray.worker.spot"]
+    assert set(types) == {"ray.head.default", "ray.worker.default", *SPOT_TYPES}
+    worker = types["ray.worker.default"]
     # min = max: `ray up` starts every worker and none is added or removed later.
     assert worker["min_workers"] == worker["max_workers"] == config["max_workers"] == 10
-    # The spot type has no workers unless SPOT=1 gives them to it (make up, cluster/variant.py).
-    assert spot["min_workers"] == spot["max_workers"] == 0
-    assert head["resources"] == worker["resources"] == spot["resources"] == {"CPU": 18}
+    # The spot types have no workers unless SPOT=1 gives them some (make up, cluster/variant.py).
+    assert {(types[n]["min_workers"], types[n]["max_workers"]) for n in SPOT_TYPES} == {(0, 0)}
+    assert {str(t["resources"]) for t in types.values()} == {str({"CPU": 18})}
     nodes = 1 + worker["min_workers"]
     assert nodes == 11 and nodes * 18 == 198
     for spec, key in ((head, "head_start_ray_commands"), (worker, "worker_start_ray_commands")):
         _, words = ray_start_env(config[key])
         assert f"--num-cpus={spec['resources']['CPU']}" in words, words
-    # c5.9xlarge: 36 vCPUs, 18 physical cores (test_aws.py checks the core count
-    # against EC2's description of the type).
-    assert {t["node_config"]["InstanceType"] for t in types.values()} == {"c5.9xlarge"}
-    # On demand unless SPOT=1; the head never spot; the spot type differs from the other
-    # workers only in its market options.
+    # c5.9xlarge, c5d.9xlarge, c5n.9xlarge: 36 vCPUs, 18 physical cores each (test_aws.py checks the cores
+    # against EC2's description of each type).
+    assert head["node_config"]["InstanceType"] == worker["node_config"]["InstanceType"] == "c5.9xlarge"
+    assert [types[n]["node_config"]["InstanceType"] for n in SPOT_TYPES] == ["c5.9xlarge", "c5d.9xlarge", "c5n.9xlarge"]
+    # On demand unless SPOT=1; the head never spot; a spot type differs from the other workers only in its
+    # market options, instance type and priority, and every spot type comes before the on-demand one.
     assert "InstanceMarketOptions" not in head["node_config"]
     assert "InstanceMarketOptions" not in worker["node_config"]
-    spot_config = dict(spot["node_config"])
-    assert spot_config.pop("InstanceMarketOptions")["MarketType"] == "spot"
-    assert spot_config == worker["node_config"]
+    for name in SPOT_TYPES:
+        spot_config = dict(types[name]["node_config"])
+        assert spot_config.pop("InstanceMarketOptions")["MarketType"] == "spot"
+        assert {**spot_config, "InstanceType": "c5.9xlarge"} == worker["node_config"], name
+    assert [types[n]["priority"] for n in SPOT_TYPES] == [3, 2, 1] and worker["priority"] == 0
 
 
 def write_variant(tmp_path, *args, cluster="cluster/aws.yaml"):
@@ -144,20 +156,23 @@ def write_variant(tmp_path, *args, cluster="cluster/aws.yaml"):
 @pytest.mark.parametrize(
     "args, workers, least",
     [
-        (["--spot", "1"], "ray.worker.spot", 10),
-        (["--spot", "1", "--min-workers", "0"], "ray.worker.spot", 0),
-        (["--spot", "0", "--min-workers", "3"], "ray.worker.default", 3),
+        # SPOT=1: every spot type and the on-demand fallback, in the order the head's autoscaler tries them,
+        # none at first: the autoscaler starts them when a job asks (test_aws.py runs it).
+        (["--spot", "1"], [*SPOT_TYPES, "ray.worker.default"], 0),
+        (["--spot", "1", "--min-workers", "0"], [*SPOT_TYPES, "ray.worker.default"], 0),
+        (["--spot", "0", "--min-workers", "3"], ["ray.worker.default"], 3),
     ],
 )
 def test_a_variant_moves_only_the_worker_counts(tmp_path, args, workers, least):
     made, config = write_variant(tmp_path, *args)
     assert made.returncode == 0, made.stdout + made.stderr
     line = fields(made.stdout.strip())
-    assert (line["node_type"], line["min_workers"], line["max_workers"]) == (workers, str(least), "10"), line
+    assert (line["node_type"], line["min_workers"], line["max_workers"]) == (",".join(workers), str(least), "10")
+    assert line["market"] == ("spot_then_on_demand" if "--spot" in args and args[1] == "1" else "on-demand"), line
     original = prepared(REPO / "cluster" / "aws.yaml")
     counts = {name: (t["min_workers"], t["max_workers"]) for name, t in config["available_node_types"].items()}
-    other = ({"ray.worker.default", "ray.worker.spot"} - {workers}).pop()
-    assert counts[workers] == (least, 10) and counts[other] == (0, 0), counts
+    others = set(counts) - set(workers) - {"ray.head.default"}
+    assert {counts[n] for n in workers} == {(least, 10)} and {counts[n] for n in others} <= {(0, 0)}, counts
     # Everything else is cluster/aws.yaml's, the head's type included (on demand).
     for name in config["available_node_types"]:
         for spec in (config["available_node_types"][name], original["available_node_types"][name]):
@@ -240,6 +255,17 @@ def test_local_yaml_takes_autodown_too(tmp_path):
         (
             ["--min-workers", "11"],
             "error: cluster/aws.yaml allows at most 10 workers (max_workers), so MIN_WORKERS=11 is too many",
+        ),
+        (
+            ["--spot", "1", "--min-workers", "2"],
+            "error: cluster/aws.yaml starts spot workers when a job asks for them, so that a type short of spot "
+            "capacity gives way to the next; MIN_WORKERS=2 needs SPOT=0",
+        ),
+        (["--nodes", "0"], "variant: error: argument --nodes: must be a whole number >= 1, not '0'"),
+        (["--nodes", "two"], "variant: error: argument --nodes: must be a whole number >= 1, not 'two'"),
+        (
+            ["--instance-type", "C5 big"],
+            "error: TYPE=C5 big is no EC2 instance type's name (family.size, e.g. c5.4xlarge)",
         ),
         (
             ["--image", IMAGE],
@@ -422,11 +448,14 @@ def test_image_names_are_checked_with_dockers_reference_grammar(image, accepted)
 
 
 def test_an_image_variant_keeps_spot_and_min_workers(tmp_path):
-    made, config = write_variant(tmp_path, "--spot", "1", "--min-workers", "2", "--image", ECR_IMAGE)
+    made, config = write_variant(tmp_path, "--spot", "0", "--min-workers", "2", "--image", ECR_IMAGE)
     assert made.returncode == 0, made.stdout + made.stderr
     line = fields(made.stdout.strip())
-    assert (line["node_type"], line["min_workers"], line["image"]) == ("ray.worker.spot", "2", ECR_IMAGE), line
-    assert config["available_node_types"]["ray.worker.spot"]["min_workers"] == 2
+    assert (line["node_type"], line["min_workers"], line["image"]) == ("ray.worker.default", "2", ECR_IMAGE), line
+    assert config["available_node_types"]["ray.worker.default"]["min_workers"] == 2
+    made, config = write_variant(tmp_path, "--spot", "1", "--image", ECR_IMAGE)
+    assert fields(made.stdout.strip())["node_type"].split(",") == [*SPOT_TYPES, "ray.worker.default"], made.stdout
+    assert {config["available_node_types"][n]["max_workers"] for n in SPOT_TYPES} == {10}
     assert config["docker"]["image"] == ECR_IMAGE and config["initialization_commands"][-1].endswith(ECR_IMAGE)
 
 

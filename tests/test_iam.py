@@ -53,6 +53,8 @@ from harness.aws import (
 
 ACCOUNT = "123456789012"  # moto's
 HEAD, WORKER = "pong-ray-head", "pong-ray-worker"  # the profiles, and their roles, that cluster/aws.yaml names
+# cluster/aws.yaml's worker types: on demand, and spot (SPOT=1), which all name WORKER's profile.
+WORKER_TYPES = ["ray.worker.default", "ray.worker.spot", "ray.worker.spot.c5d", "ray.worker.spot.c5n"]
 
 
 def ec2_arn(kind, name):
@@ -125,8 +127,7 @@ def test_a_new_accounts_first_run_makes_each_thing_once_and_preflight_passes(aws
     assert made[-1] == dict(status="ok", account=ACCOUNT, head=HEAD, worker=WORKER, bucket="none"), made
     assert {(f["node_type"], f["profile"], f["status"], f["statements"]) for f in profiles} == {
         ("ray.head.default", HEAD, "ok", "11"),
-        ("ray.worker.default", WORKER, "ok", "2"),
-        ("ray.worker.spot", WORKER, "ok", "2"),
+        *((worker, WORKER, "ok", "2") for worker in WORKER_TYPES),
     }, profiles
     iam = boto("iam")
     for name in (HEAD, WORKER):
@@ -200,10 +201,12 @@ def test_preflight_says_to_run_make_iam_for_a_missing_profile_or_statement(aws):
     assert found["ray.head.default"]["status"] == "FAIL", ran.stdout
     assert found["ray.head.default"]["missing"] == "TerminateClusterInstances", ran.stdout
     assert found["ray.head.default"]["fix"].startswith("run `make iam`, which gives role pong-ray-head"), ran.stdout
-    for worker in ("ray.worker.default", "ray.worker.spot"):
+    for worker in WORKER_TYPES:
         assert found[worker]["status"] == "FAIL", ran.stdout
         assert found[worker]["fix"] == "run `make iam`, which makes instance profile pong-ray-worker", ran.stdout
-    assert ran.stdout.splitlines()[-1].endswith(" failed=3 warnings=1 failed_checks=instance-profile")
+    assert ran.stdout.splitlines()[-1].endswith(
+        f" failed={1 + len(WORKER_TYPES)} warnings=2 failed_checks=instance-profile"
+    )
 
     assert make("iam").returncode == 0
     ran = make("preflight")
@@ -217,7 +220,7 @@ def test_the_head_receives_worker_images_its_role_may_launch(aws, monkeypatch):
     booted = bootstrapped(monkeypatch)
     head = role_policy(boto("iam"), HEAD)
     workers = {k: t for k, t in booted["available_node_types"].items() if k != booted["head_node_type"]}
-    assert set(workers) == {"ray.worker.default", "ray.worker.spot"}, workers
+    assert set(workers) == set(WORKER_TYPES), workers
     for name, node_type in workers.items():
         image = node_type["node_config"]["ImageId"]
         if image.startswith("ami-"):

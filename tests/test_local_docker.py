@@ -498,11 +498,26 @@ def make_run(cluster, tmp_path, name, args, **popen):
             env=env,
             cwd=REPO,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=popen.get("stderr", subprocess.PIPE),
             text=True,
             start_new_session=True,
         )
     return run(command, env, timeout=LAUNCHER_TIMEOUT_S + JOB_TIMEOUT_S)
+
+
+def timed_make_run(cluster, tmp_path, name, args):
+    """`make run` as make_run does it, its stderr into its stdout, each line timed as it arrives: the finished
+    process, its stdout, and the seconds from the job's end (jobs.py's `job id=... status=` line, where following
+    stops) to the agent here (`make_run step=down`, printed once pongtools.ship and plot are done)."""
+    running = make_run(cluster, tmp_path, name, args, popen=True, stderr=subprocess.STDOUT)
+    timed = [(time.monotonic(), text) for text in running.stdout]
+    running.wait(timeout=LAUNCHER_TIMEOUT_S + JOB_TIMEOUT_S)
+    ended = [t for t, text in timed if text.startswith("job id=") and " status=" in text]
+    shipped = [t for t, text in timed if text.startswith("make_run step=down ")]
+    fetch_ship_s = shipped[-1] - ended[-1] if ended and shipped else None
+    return SimpleNamespace(
+        returncode=running.returncode, stdout="".join(t for _, t in timed), fetch_ship_s=fetch_ship_s
+    )
 
 
 def last_line(made):
@@ -541,9 +556,10 @@ def test_make_run_trains_fetches_and_ships_the_agent_then_downs_the_cluster_even
 
     # The whole way: a small run, its agent here, nothing left running.
     started = time.monotonic()
-    made = make_run(cluster_yaml, tmp_path, "run", "--batch-size 2 --updates 2")
+    made = timed_make_run(cluster_yaml, tmp_path, "run", "--batch-size 2 --updates 2")
     seconds = time.monotonic() - started
     line = last_line(made)
+    assert made.fetch_ship_s is not None, made.stdout[-3000:]
     agent = tmp_path / "run" / "agent"
     assert made.returncode == 0 and line["status"] == "SUCCEEDED" and line["cluster"] == "down", made.stdout[-3000:]
     assert line["agent"] == str(agent), line
@@ -566,6 +582,7 @@ def test_make_run_trains_fetches_and_ships_the_agent_then_downs_the_cluster_even
         only(failed.stdout, "make_run status=")[-1],
         next(text for text in err.splitlines() if text.startswith("make_run: interrupted")),
         *only(made.stdout, "make_run "),
-        f"make_run status={line['status']} agent={agent} containers_left={containers_left} seconds={seconds:.1f}",
+        f"make_run status={line['status']} agent={agent} containers_left={containers_left} seconds={seconds:.1f}"
+        f" fetch_ship_s={made.fetch_ship_s:.1f}",
     ]
     print("\n" + "\n".join(seen).replace(str(tmp_path), "$TMP"))

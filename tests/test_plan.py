@@ -585,9 +585,9 @@ def test_the_committed_batch_300_runs_measured_all_three_milestones_and_the_plan
     ]
 
 
-# -- from `make up` to `make down`: the bring-up, the training and the teardown ------------------
+# -- from `make up` to the agent here, and the bill to the teardown: bring-up, training, fetch, teardown --
 
-PARTS = ("boot", "docker", "image", "ray_start", "workers", "train", "down")
+PARTS = ("boot", "docker", "image", "ray_start", "workers", "train", "fetch_ship", "down")
 USD = 1.53  # infra/prices.yaml's c5.9xlarge in us-west-2, checked below
 
 
@@ -628,9 +628,18 @@ def test_make_plan_prints_the_hours_and_dollars_from_make_up_to_make_down():
         assert line["train_updates"] == slowest["updates"] == "44" and line["seeds"] == play["seeds"] == "0,1"
         total = sum(seconds.values())
         assert float(line["hours"]) == pytest.approx(total / 3600, rel=1e-3)
-        workers_s = seconds["workers"] + seconds["train"] + seconds["down"]
+        workers_s = seconds["workers"] + seconds["train"] + seconds["fetch_ship"] + seconds["down"]
         assert float(line["dollars"]) == pytest.approx((total + 10 * workers_s) * USD / 3600, rel=1e-3)
         assert float(line["dollars"]) > float(slowest["dollars"])  # the bring-up costs on top of the training
+        # The goal's time ends with the agent here: every part but the teardown, which only the bill counts.
+        agent_s = total - seconds["down"]
+        assert float(line["agent_s"]) == pytest.approx(agent_s, rel=1e-3)
+        assert float(line["agent_min"]) == pytest.approx(agent_s / 60, rel=1e-3)
+        assert line["agent_kind"] == endtoend.weakest(line[f"{p}_kind"] for p in PARTS if p != "down")
+        assert keys.index("fetch_ship_s") < keys.index("down_s") and line["down_until"] == "terminate_instances"
+        assert (line["goal_min"], line["goal_usd"]) == ("7", "1.5")
+        meets = agent_s <= 7 * 60 and float(line["dollars"]) <= 1.5
+        assert line["met"] == ("yes" if meets else "no"), line
 
 
 def test_every_kind_is_said_on_every_line_of_seconds():
@@ -675,7 +684,7 @@ def test_the_pull_path_replaces_the_build_on_the_head_and_on_the_workers():
     saved = float(build["hours"]) * 3600 - float(pull["hours"]) * 3600
     assert saved == pytest.approx(2 * (built - pulled), abs=0.5)  # once on the head, once for the workers
     assert float(build["workers_s"]) - float(pull["workers_s"]) == pytest.approx(built - pulled, abs=0.1)
-    for part in ("boot", "docker", "ray_start", "train", "down"):
+    for part in ("boot", "docker", "ray_start", "train", "fetch_ship", "down"):
         assert (pull[f"{part}_s"], pull[f"{part}_kind"]) == (build[f"{part}_s"], build[f"{part}_kind"])
     by_part = {p["part"]: p for p in part_lines}
     assert by_part["pull"]["terms"] == (
@@ -690,7 +699,7 @@ def test_the_workers_come_up_once_after_the_head_whatever_their_number(tmp_path)
     worker's boot, Docker, image and join) adds to the head's parts once, for 2 workers as for 10; the
     head alone has none. With spot workers only their hours are priced at spot."""
     parts, _ = endtoend.load()
-    down = parts["down"]["seconds"]
+    down, fetch_ship = parts["down"]["seconds"], parts["fetch_ship"]["seconds"]
     spot = ("--spot-usd-per-node-hour", "0.58", "--interruptions-per-node-hour", "0")
     for nodes in (1, 3, 11):
         made = run_plan(
@@ -717,13 +726,40 @@ def test_the_workers_come_up_once_after_the_head_whatever_their_number(tmp_path)
             assert workers == pytest.approx(one_worker if nodes > 1 else 0.0, rel=1e-3)
             assert line["workers_kind"] != "none" if nodes > 1 else line["workers_kind"] == "none"
             hours = float(line["hours"])
-            assert hours * 3600 == pytest.approx(head + workers + train + down, rel=1e-3)
+            assert hours * 3600 == pytest.approx(head + workers + train + fetch_ship + down, rel=1e-3)
             on_demand = float(line["usd_per_node_hour"])
             if nodes == 1:  # the head alone, on demand: no worker to put on spot
                 assert "dollars_spot" not in line
                 continue
-            billed = (hours * 3600 * on_demand + (nodes - 1) * (workers + train + down) * 0.58) / 3600
+            billed = (hours * 3600 * on_demand + (nodes - 1) * (workers + train + fetch_ship + down) * 0.58) / 3600
             assert float(line["dollars_spot"]) == pytest.approx(billed, rel=1e-3)
+
+
+def test_the_goal_is_the_agent_here_in_7_minutes_for_1_50_and_the_teardown_counts_only_in_dollars(tmp_path):
+    """Issue 44's goal for 11 x 18 on demand, said on each end_to_end line and size line: met=yes when the agent
+    is here within 7 minutes and the bill to the teardown's terminate is $1.50 or less. A longer teardown costs
+    dollars but no agent seconds; a longer fetch costs both; either can break the goal (inputs in a temp copy)."""
+    found = json.loads(pathlib.Path(endtoend.INPUTS).read_text())
+    copy = tmp_path / "end_to_end_inputs.json"
+
+    def planned_with(**seconds):
+        mine = json.loads(json.dumps(found))
+        for part, s in seconds.items():
+            mine["parts"][part]["seconds"] = s
+        copy.write_text(json.dumps(mine))
+        made = run_plan("project", "--samples", "5", "--sizes", "11", "--end-to-end-inputs", str(copy))
+        assert made.returncode == 0, made.stderr
+        [size] = [fields(ln) for ln in made.stdout.splitlines() if ln.startswith("size ")]
+        return end_to_end_of(made.stdout, "pull")[0], size
+
+    quick, size = planned_with(boot=1, docker=1, fetch_ship=1, down=1)
+    assert quick["met"] == size["pull_met"] == "yes", quick
+    slow_down, _ = planned_with(boot=1, docker=1, fetch_ship=1, down=3000)
+    assert slow_down["agent_s"] == quick["agent_s"] and float(slow_down["dollars"]) > 1.5
+    assert slow_down["met"] == "no", slow_down
+    slow_fetch, size = planned_with(boot=1, docker=1, fetch_ship=400, down=1)
+    assert float(slow_fetch["agent_s"]) == pytest.approx(float(quick["agent_s"]) + 399, rel=1e-3)
+    assert float(slow_fetch["agent_min"]) > 7 and slow_fetch["met"] == size["pull_met"] == "no", slow_fetch
 
 
 def test_every_part_names_its_command_source_or_basis(tmp_path):
@@ -765,7 +801,8 @@ def test_every_part_names_its_command_source_or_basis(tmp_path):
 def test_make_plan_names_the_cheapest_and_the_fastest_size_to_the_play_criterion():
     """`make plan` prints a size line for 2, 6, 11 and 17 nodes of 18 CPUs, each with both paths' hours and
     dollars to the play criterion (the 11's those of the end_to_end lines), and for each path names the size
-    of the fewest dollars and the size of the fewest hours; --sizes chooses others, and a bad one is one line."""
+    of the fewest dollars and the size whose agent comes soonest; --sizes chooses others, and a bad one is one
+    line."""
     planned = run_plan("project", "--nodes", "11", "--cpus", "18", "--batch-size", "300", "--samples", "20")
     assert planned.returncode == 0, planned.stderr
     rows = [fields(ln) for ln in planned.stdout.splitlines() if ln.startswith("size ")]
@@ -781,12 +818,15 @@ def test_make_plan_names_the_cheapest_and_the_fastest_size_to_the_play_criterion
     for path in endtoend.PATHS:
         line, _, _, _ = end_to_end_of(planned.stdout, path)
         assert (eleven[f"{path}_hours"], eleven[f"{path}_dollars"]) == (line["hours"], line["dollars"])
+        said_eleven = (eleven[f"{path}_agent_s"], eleven[f"{path}_agent_kind"], eleven[f"{path}_met"])
+        assert said_eleven == (line["agent_s"], line["agent_kind"], line["met"])
+        assert (eleven["fetch_ship_s"], eleven["fetch_ship_kind"]) == (line["fetch_ship_s"], line["fetch_ship_kind"])
         assert float(eleven["train_s"]) == pytest.approx(float(line["train_s"]))
         [said] = [fields(ln) for ln in planned.stdout.splitlines() if ln.startswith(f"sizes path={path} ")]
         cheapest = min(rows, key=lambda r: float(r[f"{path}_dollars"]))
-        fastest = min(rows, key=lambda r: float(r[f"{path}_hours"]))
+        fastest = min(rows, key=lambda r: float(r[f"{path}_agent_s"]))
         assert (said["cheapest_nodes"], said["cheapest_dollars"]) == (cheapest["nodes"], cheapest[f"{path}_dollars"])
-        assert (said["fastest_nodes"], said["fastest_hours"]) == (fastest["nodes"], fastest[f"{path}_hours"])
+        assert (said["fastest_nodes"], said["fastest_agent_s"]) == (fastest["nodes"], fastest[f"{path}_agent_s"])
         assert said["to"] == "play_criterion"
     other = run_plan("project", "--samples", "5", "--sizes", "4,3")
     assert other.returncode == 0, other.stderr
@@ -871,3 +911,37 @@ def test_a_fresh_start_plays_its_first_update_with_a_fresh_policys_episode_lengt
     _, projected = model.project(found, 1, 16, 300, samples=20)
     two = model.seconds_for_updates(projected, 300, 2)  # update 1 fresh, update 2 in learning's first stage
     assert two == pytest.approx(projected[0]["update"]["seconds"] + projected[1]["update"]["seconds"])
+
+
+@pytest.mark.parametrize("size", [("2", "c5.4xlarge"), ("11", "c5.9xlarge")], ids=["2xc5.4xlarge", "default"])
+def test_make_plan_of_a_size_plans_the_cluster_make_up_launches(aws, tmp_path, size):
+    """`make up NODES=N TYPE=T` launches N nodes of EC2's physical cores of T each (cluster/variant.py, against
+    moto); `make plan NODES=N CPUS=<those cores> TYPE=T` projects as many actors, at T's price an hour."""
+    nodes, instance_type = size
+    copy_path = tmp_path / "copy.yaml"
+    made = run(
+        [sys.executable, "cluster/variant.py", "cluster/aws.yaml", "--nodes", nodes, "--instance-type", instance_type]
+        + ["--out", str(copy_path)],
+        clean_env(PYTHONPATH=str(JOB_DIR)),
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stdout + made.stderr
+    launched = yaml.safe_load(copy_path.read_text())
+    types = launched["available_node_types"]
+    head, worker = types[launched["head_node_type"]], types["ray.worker.default"]
+    cpus = {head["resources"]["CPU"], worker["resources"]["CPU"]}
+    assert len(cpus) == 1 and worker["min_workers"] == worker["max_workers"] == launched["max_workers"], launched
+    (cores,) = cpus
+    planned = run(
+        ["make", "plan", f"NODES={nodes}", f"CPUS={cores}", f"TYPE={instance_type}"], clean_env(), timeout=120
+    )
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    [projection] = [fields(line) for line in only(planned.stdout, "plan projection ")]
+    [price] = [fields(line) for line in only(planned.stdout, "dollars_per_hour=")]
+    in_copy = cores * (1 + worker["min_workers"])  # the head and the workers `ray up` starts
+    assert int(projection["nodes"]) * int(projection["cpus_per_node"]) == in_copy, (projection, launched)
+    assert int(projection["actors"]) == min(in_copy, 300), projection
+    with open(REPO / "infra" / "prices.yaml") as f:
+        usd = yaml.safe_load(f)["usd_per_hour"]["us-west-2"][instance_type]
+    assert (price["instance_type"], float(price["usd_per_node_hour"])) == (instance_type, usd), price
+    assert float(price["dollars_per_hour"]) == pytest.approx(int(nodes) * usd), price

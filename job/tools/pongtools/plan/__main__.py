@@ -29,6 +29,9 @@ def parser():
     q.add_argument(
         "--cluster", default="cluster/aws.yaml", help="cluster YAML whose head instance type and region set the price"
     )
+    q.add_argument(
+        "--instance-type", help="price nodes of this instance type (make up TYPE=) in the cluster YAML's region"
+    )
     q.add_argument("--prices", default="infra/prices.yaml", help="the price file (default infra/prices.yaml)")
     q.add_argument("--usd-per-node-hour", type=float, help="price of one node an hour, instead of the cluster YAML's")
     q.add_argument(
@@ -76,7 +79,7 @@ def parser():
     q.add_argument(
         "--end-to-end-inputs",
         default=endtoend.INPUTS,
-        help="the seconds of each part of `make up` and `make down` (default: end_to_end_inputs.json beside it)",
+        help="the seconds of each part from `make up` to `make down` (default: end_to_end_inputs.json beside it)",
     )
     q.add_argument(
         "--samples", type=at_least(1), default=200, help="simulated updates per stage of learning (default 200)"
@@ -134,7 +137,7 @@ def project(a):
     if a.usd_per_node_hour is not None:
         price = report.given_price(a.usd_per_node_hour)
     else:
-        price = report.price_of(a.cluster, a.prices)
+        price = report.price_of(a.cluster, a.prices, a.instance_type)
     args = (a.core_rate, a.network_gbps, a.samples, a.seed)
     known = milestones.known(found.get("milestones", {}), a.batch_size, "running_reward_0")
     result, stages = model.project(found, a.nodes, a.cpus, a.batch_size, *args, known=known)
@@ -162,8 +165,8 @@ def project(a):
 
 
 def end_to_end(a, parts, readings, price, sp):
-    """The end_to_end lines of each reading of the updates to the play criterion, `make up` to `make down`,
-    one a path (build, pull); then each part's and figure's line."""
+    """The end_to_end lines of each reading of the updates to the play criterion, `make up` to the agent here and
+    the bill to the teardown's terminate, one a path (build, pull); then each part's and figure's line."""
     if not readings:
         print(kv("end_to_end", train_s="unknown", hours="unknown", reason="no_run_reached_the_play_criterion"))
     for r in readings:  # the training of the seed that needed the most updates
@@ -174,9 +177,9 @@ def end_to_end(a, parts, readings, price, sp):
 
 
 def sizes(a, found, parts, price, args, known, stages):
-    """One size line for each of --sizes at --cpus a node, on demand, from `make up` to `make down` to the
-    play criterion (the budget: the seed that needed the most updates, of the first reading), both paths;
-    then, for each path, the cheapest size and the fastest."""
+    """One size line for each of --sizes at --cpus a node, on demand, to the play criterion: from `make up` to the
+    agent, and the bill (the budget: the seed that needed the most updates, of the first reading), both paths;
+    then, for each path, the cheapest size and the one whose agent comes soonest."""
     readings = milestones.updates_to(found.get("milestones", {}), a.batch_size, "play_criterion")
     if not readings:
         print(kv("sizes", train_s="unknown", reason="no_run_reached_the_play_criterion"))
@@ -190,7 +193,10 @@ def sizes(a, found, parts, price, args, known, stages):
         lines = {path: endtoend.timeline(parts, nodes - 1, train_s, path) for path in endtoend.PATHS}
         for path, line in lines.items():
             hours, dollars = endtoend.cost(line, nodes - 1, price.usd_per_node_hour, price.usd_per_node_hour)
-            rows[path].append({"nodes": nodes, "hours": hours, "dollars": dollars})
+            agent_s, agent_kind = endtoend.to_agent(line)
+            rows[path].append(
+                {"nodes": nodes, "hours": hours, "dollars": dollars, "agent_s": agent_s, "agent_kind": agent_kind}
+            )
         report.size(nodes, a.cpus, r, lines, {path: got[-1] for path, got in rows.items()})
     for path, got in rows.items():
         report.sizes(path, *endtoend.cheapest_and_fastest(got), a.cpus, price)

@@ -1,14 +1,17 @@
-"""From `make up` to `make down`: the parts a user pays for, in the launcher's order, and their hours and dollars,
-on both paths to a node's image: each node builds it (build, `make up`'s default) or pulls it, pushed once to
+"""From `make up` to the agent on the laptop, and on to the end of the bill: the parts a user pays for, in the
+launcher's order, and their seconds and dollars, on both paths to a node's image: each node builds it (build, `make up`'s default) or pulls it, pushed once to
 ECR (pull, once `make image-push` recorded one).
 
 Ray's launcher sets the head up first, whole: EC2 boots it (boot), its initialization_commands
 install Docker (docker) and build or pull the image (image), then the container and Ray start
 (ray_start). Only then does the head's autoscaler launch the workers, all at once, each
 doing the same (boot, docker, image) and joining (worker_join): so the workers' bring-up
-comes after the head's, once, not once per worker. Then the training, then `ray down`.
+comes after the head's, once, not once per worker. Then the training; then `make run` fetches the
+run from the head and ships the agent here (fetch_ship): the agent is on the laptop, the goal's end.
+Then `ray down` (down), whose seconds count until it asks EC2 to terminate the instances: EC2 bills an
+instance while it is running, and one shutting down no longer.
 
-The head bills through every part; the workers from their launch to `ray down`. The seconds
+The head bills through every part; the workers from their launch to the end of `down`. The seconds
 of each part are inputs, end_to_end_inputs.json beside this file, each with its kind:
 measured (here, with the command), sourced (a public figure, with its source), assumed
 (with its basis) or projected: the sum of its terms, each a figure of the same file in
@@ -23,10 +26,12 @@ from . import PlanError
 
 INPUTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "end_to_end_inputs.json")
 PATHS = {"build": "image", "pull": "pull"}  # each path's image part: each node builds it, or pulls it from ECR
-PARTS = ("boot", "docker", "image", "ray_start", "workers", "train", "down")  # the end_to_end line, in order
+PARTS = ("boot", "docker", "image", "ray_start", "workers", "train", "fetch_ship", "down")  # the line, in order
+TO_AGENT = PARTS[:-1]  # `make up` until the agent is on the laptop: all but the teardown
+GOAL_MIN, GOAL_USD = 7, 1.5  # issue 44's goal for 11 x 18: the agent in 7 minutes or less, $1.50 or less on demand
 KINDS = ("measured", "sourced", "projected", "assumed")  # strongest first; a sum is as weak as its weakest part
 WHY = {"measured": "command", "sourced": "source", "assumed": "basis", "projected": "terms"}  # what each must name
-NEEDED = ("boot", "docker", *PATHS.values(), "ray_start", "worker_join", "down")
+NEEDED = ("boot", "docker", *PATHS.values(), "ray_start", "worker_join", "fetch_ship", "down")
 
 
 def head(path):
@@ -122,21 +127,34 @@ def timeline(parts, workers, train_s, path="build"):
     else:
         line["workers"] = (0.0, "none")
     line["train"] = (train_s, "projected")
-    line["down"] = (parts["down"]["seconds"], parts["down"]["kind"])
+    for name in ("fetch_ship", "down"):
+        line[name] = (parts[name]["seconds"], parts[name]["kind"])
     return line
 
 
+def to_agent(line):
+    """(seconds, kind) from `make up` to the agent on the laptop: every part but the teardown, as weak as the
+    weakest."""
+    return sum(line[n][0] for n in TO_AGENT), weakest(line[n][1] for n in TO_AGENT if line[n][1] != "none")
+
+
 def cost(line, workers, head_usd_per_hour, worker_usd_per_hour):
-    """(hours, dollars) from `make up` to `make down`: the head bills throughout, each worker from its launch."""
+    """(hours, dollars) EC2 bills, from `make up` to the teardown's terminate: the head throughout, each worker
+    from its launch (the cluster is up while the run is fetched and the agent shipped)."""
     total = sum(s for s, _ in line.values())
-    worker_s = sum(line[n][0] for n in ("workers", "train", "down")) if workers else 0.0
+    worker_s = sum(line[n][0] for n in ("workers", "train", "fetch_ship", "down")) if workers else 0.0
     return total / 3600, (total * head_usd_per_hour + workers * worker_s * worker_usd_per_hour) / 3600
 
 
+def met(agent_s, dollars):
+    """Whether a size meets issue 44's goal: the agent in GOAL_MIN minutes or less, GOAL_USD dollars or less."""
+    return "yes" if agent_s <= GOAL_MIN * 60 and dollars <= GOAL_USD else "no"
+
+
 def cheapest_and_fastest(rows):
-    """The rows (dicts with nodes, hours, dollars) of the fewest dollars and of the fewest hours; a tie goes
-    to the fewer nodes."""
+    """The rows (dicts with nodes, agent_s, dollars) of the fewest dollars and of the agent soonest on the laptop;
+    a tie goes to the fewer nodes."""
     return (
         min(rows, key=lambda r: (r["dollars"], r["nodes"])),
-        min(rows, key=lambda r: (r["hours"], r["nodes"])),
+        min(rows, key=lambda r: (r["agent_s"], r["nodes"])),
     )

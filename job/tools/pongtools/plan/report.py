@@ -17,14 +17,15 @@ class Price:
     source: str
 
 
-def price_of(cluster_path, prices_path):
-    """The Price of the head node type of a cluster YAML, from the price file `make preflight`
-    reads too (infra/prices.yaml)."""
+def price_of(cluster_path, prices_path, instance_type=None):
+    """The Price of the head node type of a cluster YAML (or of instance_type, `make up TYPE=`, in its
+    region), from the price file `make preflight` reads too (infra/prices.yaml)."""
     try:
         with open(cluster_path) as f:
             config = yaml.safe_load(f)
         head = config["available_node_types"][config["head_node_type"]]["node_config"]["InstanceType"]
         region = config["provider"]["region"]
+        head = instance_type or head
     except (OSError, yaml.YAMLError, KeyError, TypeError):
         raise PlanError(
             f"cannot read the head's InstanceType and provider.region from {cluster_path}; "
@@ -309,9 +310,10 @@ def milestone(name, batch_size, readings, dollars_per_hour, out=print, sp=None, 
 
 
 def end_to_end(line, path, parts, workers, price, reading, out=print, sp=None):
-    """The end_to_end line of a path (build, pull), from `make up` to `make down` (endtoend.timeline's parts in
-    order, each `<part>_s=` and `<part>_kind=`), its hours and dollars on demand and, given a spot price, with
-    the workers at it."""
+    """The end_to_end line of a path (build, pull): endtoend.timeline's parts in order, each `<part>_s=` and
+    `<part>_kind=`; the seconds from `make up` to the agent on the laptop (agent_s, all but the teardown); the
+    hours and dollars EC2 bills, to the teardown's terminate, on demand and, given a spot price, with the workers
+    at it; and whether issue 44's goal is met on demand."""
     figures = {}
     for name, (seconds, kind) in line.items():
         figures |= {f"{name}_s": float(seconds), f"{name}_kind": kind}
@@ -322,6 +324,7 @@ def end_to_end(line, path, parts, workers, price, reading, out=print, sp=None):
             most = max(reading["updates"])  # the seed that needed the most updates: the budget
             figures |= {"train_updates": most, "train_updates_kind": reading["kind"], "seeds": seeds_of(reading)}
     hours, dollars = endtoend.cost(line, workers, price.usd_per_node_hour, price.usd_per_node_hour)
+    agent_s, agent_kind = endtoend.to_agent(line)
     on_spot = {}
     if sp is not None and sp.usd_per_node_hour is not None:
         train_h = model.spot_hours(
@@ -338,10 +341,17 @@ def end_to_end(line, path, parts, workers, price, reading, out=print, sp=None):
             "end_to_end",
             path=path,
             **figures,
+            down_until="terminate_instances",
+            agent_s=agent_s,
+            agent_kind=agent_kind,
+            agent_min=agent_s / 60,
             hours=hours,
             dollars=dollars,
             usd_per_node_hour=price.usd_per_node_hour,
             **on_spot,
+            goal_min=endtoend.GOAL_MIN,
+            goal_usd=endtoend.GOAL_USD,
+            met=endtoend.met(agent_s, dollars),
             order="head_then_workers_in_parallel",
         )
     )
@@ -395,17 +405,21 @@ def formula(terms):
 
 def size(nodes, cpus, reading, lines, costs, out=print):
     """The size line of one cluster size: its training to the play criterion (projected), and on each path
-    (lines: {path: endtoend.timeline}; costs: {path: {hours, dollars}}) the seconds of `make up` until the
-    workers have joined, with the kind of its weakest part, and the hours and dollars to `make down`."""
+    (lines: {path: endtoend.timeline}; costs: {path: {hours, dollars, agent_s}}) the seconds of `make up` until
+    the workers have joined and until the agent is on the laptop, each with the kind of its weakest part, the
+    hours and dollars EC2 bills, and whether issue 44's goal is met."""
     any_line = next(iter(lines.values()))
     by_path = {}
     for path, line in lines.items():
-        up = [part for part in line if part not in ("train", "down")]
+        up = [part for part in line if part not in ("train", "fetch_ship", "down")]
         by_path |= {
             f"{path}_up_s": sum(line[p][0] for p in up),
             f"{path}_up_kind": endtoend.weakest(line[p][1] for p in up if line[p][1] != "none"),
+            f"{path}_agent_s": costs[path]["agent_s"],
+            f"{path}_agent_kind": endtoend.to_agent(line)[1],
             f"{path}_hours": costs[path]["hours"],
             f"{path}_dollars": costs[path]["dollars"],
+            f"{path}_met": endtoend.met(costs[path]["agent_s"], costs[path]["dollars"]),
         }
     out(
         kv(
@@ -417,6 +431,8 @@ def size(nodes, cpus, reading, lines, costs, out=print):
             train_updates_kind=reading["kind"],
             train_s=float(any_line["train"][0]),
             train_kind=any_line["train"][1],
+            fetch_ship_s=float(any_line["fetch_ship"][0]),
+            fetch_ship_kind=any_line["fetch_ship"][1],
             down_s=float(any_line["down"][0]),
             down_kind=any_line["down"][1],
             **by_path,
@@ -425,17 +441,19 @@ def size(nodes, cpus, reading, lines, costs, out=print):
 
 
 def sizes(path, cheapest, fastest, cpus, price, out=print):
-    """Which of the sizes costs the least and which takes the least time, from `make up` to `make down`
-    to the play criterion, on a path, on demand."""
+    """Which of the sizes costs the least (dollars billed) and which has the agent on the laptop soonest, to the
+    play criterion, on a path, on demand."""
     out(
         kv(
             "sizes",
             path=path,
             cheapest_nodes=cheapest["nodes"],
-            cheapest_hours=cheapest["hours"],
+            cheapest_agent_s=cheapest["agent_s"],
+            cheapest_agent_kind=cheapest["agent_kind"],
             cheapest_dollars=cheapest["dollars"],
             fastest_nodes=fastest["nodes"],
-            fastest_hours=fastest["hours"],
+            fastest_agent_s=fastest["agent_s"],
+            fastest_agent_kind=fastest["agent_kind"],
             fastest_dollars=fastest["dollars"],
             cpus_per_node=cpus,
             usd_per_node_hour=price.usd_per_node_hour,
