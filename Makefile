@@ -25,10 +25,11 @@ MIN_WORKERS ?=
 AUTODOWN ?=
 MAX_NODE_HOURS ?=
 # `make up IMAGE=<registry>/<name:tag>`: every node pulls that image (as `make image-push` printed it)
-# instead of building it; also a copy of CLUSTER written by cluster/variant.py.
+# instead of building it; also a copy of CLUSTER written by cluster/variant.py. Only from make's command
+# line: an IMAGE exported in the shell is refused (need-own-image), not used or dropped without a word.
 IMAGE ?=
 # `make image-push` records the image it pushed in PUSHED_IMAGE_FILE: `make up`, `make run` and `make preflight`
-# of cluster/aws.yaml pull it when it is in ECR, unless IMAGE is given (`IMAGE=` builds). The first line says which.
+# of cluster/aws.yaml pull it when it is in ECR, unless IMAGE is given (`IMAGE=` builds). A line before the token says which.
 PUSHED_IMAGE_FILE ?= .cache/pushed-image
 ifeq ($(origin IMAGE):$(CLUSTER),file:cluster/aws.yaml)
 IMAGE := $(shell sed -n 's/^IMAGE=\([0-9]*\.dkr\.ecr\.[^/]*\/.*\)/\1/p' $(PUSHED_IMAGE_FILE) 2>/dev/null)
@@ -38,10 +39,14 @@ REGISTRY ?=
 # `make iam BUCKET=<name>`: the S3 bucket of the runs (--run-dir s3://<name>/...), which the head's role may use.
 BUCKET ?=
 VARIANT_DIR ?= .cache/cluster
-# `make run`: KEEP=1 leaves the cluster up at the end; OUT is the local folder of the run and its agent
-# (default runs/<time>).
+# `make run`: KEEP=1 leaves the cluster up at the end (0 or 1, nothing else); OUT is the local folder of
+# the run and its agent (default runs/<time>).
 KEEP ?= 0
 OUT ?=
+# `make run` and `make submit`: the job's time cap in hours; the head's watcher stops the job then, as
+# `make stop-job` does. `make run`'s default comes from the plan for its updates (job/launch.py says how);
+# an open-ended job (--updates 0) on a cluster needs it.
+MAX_HOURS ?=
 # A folder under job/: what Ray ships and runs.
 JOB ?= pong
 # Extra arguments for the job's trainer, e.g. ARGS="--updates 10".
@@ -147,6 +152,19 @@ endef
 define say-image
 echo "image path=$(if $(IMAGE),pull image=$(IMAGE) from=$(if $(filter file,$(origin IMAGE)),$(PUSHED_IMAGE_FILE),IMAGE),build image=$(shell sed -n 's/^IMAGE=//p' infra/image.env) on=every_node)"
 endef
+# IMAGE decides what every node runs, so it must be said on make's command line: one taken from the
+# shell's environment (`?=` reads it) is refused, since using it and dropping it would both be a guess.
+define need-own-image
+if [[ "$(origin IMAGE)" == environment* ]]; then \
+  echo "make: IMAGE=$$IMAGE comes from your shell's environment; say it on make's command line: IMAGE=<registry>/<name:tag> to pull it, IMAGE= to build the image (or unset IMAGE)" >&2; exit 2; fi
+endef
+# The cluster token, made after a target's checks: a refused command writes nothing.
+define make-token
+$(BIN)/ray get-auth-token --generate >/dev/null && echo "token: ~/.ray/auth_token (keep it secret: it opens the cluster's Jobs API)"
+endef
+# `make run`'s command line for job/launch.py, which checks it all (--check) before anything is written.
+LAUNCH_ARGS = --down-cluster $(CLUSTER) --job $(JOB) $(if $(OUT),--out "$(OUT)") --keep "$(KEEP)" \
+  $(if $(MAX_HOURS),--max-hours "$(MAX_HOURS)")
 define need-job
 if [[ -z "$(PACKAGE)" ]]; then \
   echo "make: unknown job '$(JOB)'; the jobs under job/ are: $(JOBS)" >&2; exit 1; fi
@@ -239,19 +257,24 @@ local-down: $(INSTALLED) ## Stop the head that local-up started, and only it (ot
 ##@ Launched cluster (the launcher config CLUSTER: cluster/aws.yaml, or cluster/local.yaml)
 
 .PHONY: up
-up: $(INSTALLED) token ## Launch or update the cluster: make token, then ray up -y CLUSTER (SPOT=1: spot workers; MIN_WORKERS=N; AUTODOWN=N minutes; MAX_NODE_HOURS=h)
+up: $(INSTALLED) ## Launch or update the cluster: make token, then ray up -y CLUSTER (SPOT=1: spot workers; MIN_WORKERS=N; AUTODOWN=N minutes; MAX_NODE_HOURS=h)
 	@$(need-cluster-file)
-	@$(say-image)
+	@$(need-own-image)
 	@$(write-variant)
+	@$(say-image)
+	@$(make-token)
 	ray up -y $(LAUNCH)
 
 .PHONY: run
-run: $(TOOLS) token ## Up, submit JOB with ARGS, follow, fetch the run, ship its agent into OUT, down (KEEP=1: stay up)
+run: $(TOOLS) ## Up, submit JOB with ARGS (MAX_HOURS: its cap), follow, fetch the run, ship its agent into OUT, down (KEEP=1: stay up)
 	@$(need-cluster-file)
 	@$(need-job)
-	@$(say-image)
+	@$(need-own-image)
+	@python job/launch.py --check --cluster $(CLUSTER) $(LAUNCH_ARGS) -- $(ARGS)
 	@$(write-variant)
-	@python job/launch.py --cluster $(LAUNCH) --down-cluster $(CLUSTER) --job $(JOB) $(if $(OUT),--out "$(OUT)") $(if $(filter-out 0,$(KEEP)),--keep) -- $(ARGS)
+	@$(say-image)
+	@$(make-token)
+	@python job/launch.py --cluster $(LAUNCH) $(LAUNCH_ARGS) -- $(ARGS)
 
 .PHONY: dashboard
 dashboard: $(INSTALLED) ## Forward the cluster's dashboard to 127.0.0.1:8265 (keep it running)
@@ -281,13 +304,13 @@ iam: $(INSTALLED) ## Make or find the head's and workers' IAM roles and instance
 .PHONY: preflight
 preflight: $(INSTALLED) ## Check CLUSTER (SPOT, MIN_WORKERS as for up) against your AWS account: credentials, quota, zones, AMI, key pair, cost
 	@$(need-cluster-file)
+	@$(need-own-image)
 	@$(write-variant)
 	@PYTHONPATH=job/pong $(BIN)/python infra/preflight.py "$(LAUNCH)" --full "$(CLUSTER)"
 
 .PHONY: token
 token: $(INSTALLED) ## Create the cluster token ~/.ray/auth_token unless it exists (ray up copies it to every node)
-	@$(BIN)/ray get-auth-token --generate >/dev/null
-	@echo "token: ~/.ray/auth_token (keep it secret: it opens the cluster's Jobs API)"
+	@$(make-token)
 
 .PHONY: docker-engine
 docker-engine: ## Install Docker, debootstrap, sshd (not started), ssh, rsync if missing; start dockerd (root)
@@ -296,8 +319,8 @@ docker-engine: ## Install Docker, debootstrap, sshd (not started), ssh, rsync if
 ##@ Jobs (on the cluster at RAY_ADDRESS)
 
 .PHONY: submit
-submit: $(INSTALLED) ## Submit job/JOB with ARGS; prints its id and the commands to follow it
-	@RAY_ADDRESS=$(RAY_ADDRESS) LAST_JOB_FILE=$(LAST_JOB_FILE) python job/submit.py $(JOB) -- $(ARGS)
+submit: $(INSTALLED) ## Submit job/JOB with ARGS (MAX_HOURS: its time cap); prints its id and the commands to follow it
+	@RAY_ADDRESS=$(RAY_ADDRESS) LAST_JOB_FILE=$(LAST_JOB_FILE) python job/submit.py $(if $(MAX_HOURS),--max-hours "$(MAX_HOURS)") $(JOB) -- $(ARGS)
 
 .PHONY: logs
 logs: $(INSTALLED) ## Follow the logs of the latest submission (or ID=...) until it ends

@@ -17,7 +17,6 @@ A job is shown as one line, `job id=... status=... start=... end=...
 entrypoint="..."`, in the key=value form of every log line (pgpong/logline.py).
 """
 
-import json
 import logging
 import os
 import re
@@ -25,14 +24,11 @@ import sys
 import time
 from pathlib import Path
 
-from submit import REPO, UserError, connect, dashboard_address, follow, runtime_env, submission_id
+from submit import REPO, UserError, autodown_line, connect, dashboard_address, follow, runtime_env, submission_id
 
 sys.path.insert(0, str(REPO / "job" / "pong"))  # pgpong's cli and logline: one-line errors, key=value lines
 from pgpong.cli import Parser  # noqa: E402
 from pgpong.logline import kv  # noqa: E402
-
-# The head's autodown watcher's log, in the head's Ray log folder (cluster/variant.py's AUTODOWN_COMMAND).
-AUTODOWN_LOG = "autodown.log"
 
 
 def when(ms):
@@ -79,21 +75,10 @@ class Cluster:
     def info(self, job_id):
         return self.ask(lambda: self.client.get_job_info(job_id), job_id)
 
-    def get(self, path):
-        """A GET of the dashboard's REST API with the client's token; the answer's text, None if not 200."""
-        answer = self.ask(lambda: self.client._do_request("GET", path))
-        return answer.text if answer.status_code == 200 else None
-
     def autodown_line(self):
-        """The last line of the head's autodown watcher (infra/autodown.py writes it in the head's Ray log
-        folder), or None where the head runs none."""
-        nodes = json.loads(self.get("/api/v0/nodes?detail=false&limit=1000") or "{}")
-        heads = [n["node_id"] for n in nodes.get("data", {}).get("result", {}).get("result", []) if n["is_head_node"]]
-        if not heads:
-            return None
-        text = self.get(f"/api/v0/logs/file?node_id={heads[0]}&filename={AUTODOWN_LOG}&lines=1") or ""
-        lines = [line for line in text.splitlines() if line.startswith("autodown ")]
-        return lines[-1] if lines else None
+        """The last line of the head's autodown watcher, or None where the head runs none (submit.autodown_line,
+        which `make submit` and `make run` read too)."""
+        return self.ask(lambda: autodown_line(self.client))
 
 
 def logs(cluster, job_id):

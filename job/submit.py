@@ -1,6 +1,7 @@
 """Submit one job folder under job/ to a running Ray cluster, and optionally wait for it.
 
     make submit JOB=pong ARGS="--batch-size 4 --updates 2"
+    make submit ARGS="--updates 0" MAX_HOURS=2                                # the head's watcher stops it after 2 h
     .venv/bin/python job/submit.py pong -- --batch-size 4 --updates 2          # the same, by hand
     .venv/bin/python job/submit.py --wait pong -- --batch-size 4 --updates 2   # follow it to the end
 
@@ -16,17 +17,31 @@ cluster is the one whose dashboard answers at RAY_ADDRESS (default http://127.0.
 the local head of `make local-up`, or a cloud head forwarded there by `make dashboard`).
 
 Before anything is sent this checks, and explains in one line when it fails: the job
-exists, the cluster answers, a token is at hand when the cluster wants one, the token
-is accepted, and the cluster runs the same Ray version as this client.
+exists, the trainer's own parser accepts ARGS (its line; ARGS with --help are left to the
+job, which prints its help), the cluster answers, a token is at hand when the cluster wants
+one, the token is accepted, and the cluster runs the same Ray version as this client.
 A mistake (a bad flag, or any of those checks) is one line and exit 2, as in every program
-here (pgpong/cli.py). On success it records the submission id in LAST_JOB_FILE (default
+here (pgpong/cli.py).
+
+--max-hours H (MAX_HOURS) is the job's time cap: Ray job metadata {"max_hours": "H"}, which
+the head's autodown watcher (infra/autodown.py) reads; once the job has run H hours it stops
+it as `ray job stop` does (the trainer saves its checkpoint). The line `submitted ...` says
+the cap and whether anything enforces it: a head whose watcher writes autodown.log in its Ray
+log folder does (every launched cluster: cluster/aws.yaml, cluster/local.yaml); the head of
+`make local-up` runs none, so there the cap is said to be not_enforced. An open-ended job
+(--updates 0, the trainer's default) on a head with a watcher needs --max-hours: one that
+nothing would stop holds the cluster up, and bills, until someone notices. On the head of
+`make local-up` it does not: that head is this machine, which bills nobody, and nothing
+there would enforce a cap anyway. On success it records the submission id in LAST_JOB_FILE (default
 .last-job, read by `make logs`, `make status` and `make stop-job`). With --wait it prints the
 job's logs as they come and exits 0 only if the job SUCCEEDED (1 if it did not).
 """
 
 import argparse
 import asyncio
+import importlib
 import importlib.metadata
+import json
 import logging
 import os
 import secrets
@@ -38,10 +53,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "job" / "pong"))  # pgpong's cli: one-line errors and exit 2, as every program here
 from pgpong import cli  # noqa: E402
+from pgpong.logline import kv  # noqa: E402
 
 JOBS_DIR = REPO / "job"
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 DEFAULT_TOKEN_PATH = Path.home() / ".ray" / "auth_token"
+# The head's autodown watcher's log, in the head's Ray log folder (cluster/variant.py's AUTODOWN_COMMAND).
+AUTODOWN_LOG = "autodown.log"
 START_HINT = (
     "start one with `make local-up` (this machine) or `make up` then `make dashboard` "
     "(cloud), or set RAY_ADDRESS to its dashboard address"
@@ -76,6 +94,24 @@ def runtime_env(job):
     if not isinstance(env, dict):
         raise UserError(f"{path} must be a mapping such as `env_vars: {{...}}`")
     return {**env, "working_dir": str(JOBS_DIR / job)}
+
+
+def trainer_config(job, package, args):
+    """The job's config as its trainer will read ARGS, by the trainer's own parser (<package>.config):
+    ARGS it refuses are its one line and exit 2 here, before anything is launched or sent."""
+    sys.path.insert(0, str(JOBS_DIR / job))
+    return importlib.import_module(f"{package}.config").parse_args(args)
+
+
+def asks_for_help(args):
+    """ARGS that only ask the trainer for its help: the job prints it and ends."""
+    return bool({"-h", "--help"} & set(args))
+
+
+def hours(text):
+    """A time cap as given (the job's metadata keeps it so), once it reads as a number of hours > 0."""
+    cli.positive(text)
+    return text
 
 
 def submission_id(job):
@@ -155,6 +191,42 @@ def connect(address):
     return client
 
 
+def autodown_line(client):
+    """The last line of the head's autodown watcher (infra/autodown.py writes it in the head's Ray log
+    folder), or None where the head runs none (the head of `make local-up`)."""
+
+    def get(path):  # a GET of the dashboard's REST API with the client's token; its text, None if not 200
+        answer = client._do_request("GET", path)
+        return answer.text if answer.status_code == 200 else None
+
+    nodes = json.loads(get("/api/v0/nodes?detail=false&limit=1000") or "{}")
+    heads = [n["node_id"] for n in nodes.get("data", {}).get("result", {}).get("result", []) if n["is_head_node"]]
+    if not heads:
+        return None
+    text = get(f"/api/v0/logs/file?node_id={heads[0]}&filename={AUTODOWN_LOG}&lines=1") or ""
+    lines = [line for line in text.splitlines() if line.startswith("autodown ")]
+    return lines[-1] if lines else None
+
+
+def time_cap(max_hours, open_ended, watcher):
+    """The fields the `submitted` line says about the job's time cap: none without one; else whether the
+    head's watcher enforces it. UserError for an open-ended job without a cap on a head with a watcher."""
+    if max_hours is None:
+        if open_ended and watcher:
+            raise UserError(
+                "an open-ended job (--updates 0, the trainer's default) on a cluster needs a time cap: pass "
+                'MAX_HOURS=<hours> (the head\'s watcher stops it then, as `make stop-job` does) or ARGS="--updates N"'
+            )
+        return {}
+    if watcher:
+        return {"max_hours": max_hours, "cap": "stopped_by_the_heads_watcher"}
+    return {
+        "max_hours": max_hours,
+        "cap": "not_enforced",
+        "note": "this head runs no autodown watcher (make local-up starts none): only make stop-job ends the job",
+    }
+
+
 def follow(client, job_id, out=sys.stdout):
     """Print the job's logs until it ends; return its final status name."""
 
@@ -177,6 +249,11 @@ def follow(client, job_id, out=sys.stdout):
 def main(argv=None):
     parser = cli.Parser(prog="submit", description="Submit job/JOB to the Ray cluster at RAY_ADDRESS.")
     parser.add_argument("--wait", action="store_true", help="follow the job's logs and exit 0 only if it succeeds")
+    parser.add_argument(
+        "--max-hours",
+        type=cli.checked(hours, "a number of hours > 0 (MAX_HOURS)"),
+        help="the job's time cap, in hours: the head's autodown watcher stops the job then (MAX_HOURS)",
+    )
     parser.add_argument("job", metavar="JOB", help="a folder under job/, e.g. pong")
     parser.add_argument(
         "trainer_args", nargs=argparse.REMAINDER, metavar="-- ARGS", help="passed on to the job's entrypoint"
@@ -190,19 +267,34 @@ def main(argv=None):
         if args.job not in jobs:
             names = ", ".join(jobs) or "none"
             raise UserError(f"unknown job '{args.job}'; the jobs under job/ are: {names}")
+        help_only = asks_for_help(trainer_args)
+        open_ended = not help_only and trainer_config(args.job, jobs[args.job], trainer_args).updates == 0
         address = dashboard_address()
         env = runtime_env(args.job)
         client = connect(address)
+        watcher = None
+        if args.max_hours is not None or open_ended:
+            try:
+                watcher = autodown_line(client)
+            except (RuntimeError, OSError, ValueError) as e:
+                raise UserError(
+                    f"cannot ask the head at {address} for its autodown watcher's log ({type(e).__name__})"
+                ) from None
+        cap = time_cap(args.max_hours, open_ended, watcher)
+        metadata = {"max_hours": args.max_hours} if args.max_hours is not None else None
         entrypoint = shlex.join(["python", "-m", f"{jobs[args.job]}.train", *trainer_args])
         try:
-            job_id = client.submit_job(entrypoint=entrypoint, submission_id=submission_id(args.job), runtime_env=env)
+            job_id = client.submit_job(
+                entrypoint=entrypoint, submission_id=submission_id(args.job), runtime_env=env, metadata=metadata
+            )
         except RuntimeError as e:
             raise UserError(f"the cluster refused the job: {str(e).splitlines()[0]}") from None
     except UserError as error:
         cli.fail(str(error), prog="submit")
 
     last_job_file.write_text(job_id + "\n")
-    print(f"submitted job={args.job} id={job_id} address={address} entrypoint={entrypoint!r}", flush=True)
+    said = kv("submitted", job=args.job, id=job_id, address=address, **cap)
+    print(f"{said} entrypoint={entrypoint!r}", flush=True)
     if not args.wait:
         print("follow the logs:  ray job logs " + job_id + " --follow   (or: make logs)")
         print("job status:       ray job status " + job_id + "   (or: make status)")

@@ -1,8 +1,182 @@
 """`make run` (job/launch.py) where no cluster comes up: its mistakes are one line and exit 2 before
-anything starts, and a `ray up` that fails still ends in `ray down` and exit 1. The whole way, on a
-real cluster in Docker: tests/test_local_docker.py."""
+anything is launched or written (no token, no launched copy, no OUT, no .last-job), a `ray up` that fails
+still ends in `ray down` and exit 1, and Ctrl-C during `ray up` promises no autodown. The time cap's default
+from the plan, and what the end and Ctrl-C say of autodown. The whole way, on a real cluster in Docker:
+tests/test_local_docker.py."""
 
-from harness import clean_env, fields, only, run
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+from harness import REPO, clean_env, fields, only, run
+
+# What a refused command may print: its one line, and make's own `*** [Makefile:N: run] Error 2`.
+MAKE_ERROR = "make: *** ["
+
+
+def launch_module():
+    """job/launch.py as a module (job/ is no package: `make run` runs it as a script)."""
+    sys.path.insert(0, str(REPO / "job"))
+    spec = importlib.util.spec_from_file_location("launch", REPO / "job" / "launch.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def said(made):
+    """The lines a command printed but make's Error line."""
+    return [line for line in (made.stdout + made.stderr).splitlines() if not line.startswith(MAKE_ERROR)]
+
+
+def user(tmp_path, **extra):
+    """A user's environment with a home of its own, where `make token` would write ~/.ray/auth_token."""
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    return clean_env(HOME=str(home), **extra)
+
+
+def written(tmp_path):
+    """What a refused `make run` must not have written: the token, the launched copy, OUT, .last-job."""
+    places = [tmp_path / "home" / ".ray", tmp_path / "variants", tmp_path / "out", tmp_path / "last-job"]
+    return [str(place) for place in places if place.exists()]
+
+
+def run_args(tmp_path, *args):
+    """make run of cluster/local.yaml, with AUTODOWN so that it would write a launched copy, and every
+    file it would write under tmp_path; args come last, so they override these."""
+    return [
+        "make",
+        "run",
+        "CLUSTER=cluster/local.yaml",
+        "AUTODOWN=30",
+        f"VARIANT_DIR={tmp_path / 'variants'}",
+        f"OUT={tmp_path / 'out'}",
+        f"LAST_JOB_FILE={tmp_path / 'last-job'}",
+        *args,
+    ]
+
+
+def bad_yaml(tmp_path, text):
+    """CLUSTER= a file of that text."""
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    return f"CLUSTER={path}"
+
+
+NOT_YAML = "cluster_name: x\nprovider: [1\n"
+NO_SUCH_PROVIDER = "cluster_name: x\nprovider: {type: no-such-provider}\n"
+
+
+# Each case: its make arguments (given tmp_path), and the one line it must print (given tmp_path).
+REFUSALS = {
+    "ARGS the trainer refuses (a value)": (
+        lambda t: ["ARGS=--batch-size 0 --updates 2"],
+        lambda t: (
+            "python -m pgpong.train: error: argument --batch-size: must be a whole number >= 1, not '0' (see --help)"
+        ),
+    ),
+    "ARGS the trainer refuses (a flag)": (
+        lambda t: ["ARGS=--updates 2 --no-such-flag"],
+        lambda t: "python -m pgpong.train: error: unrecognized arguments: --no-such-flag (see --help)",
+    ),
+    "ARGS that ask for the trainer's help": (
+        lambda t: ["ARGS=--help"],
+        lambda t: (
+            "error: ARGS ask the trainer for its help, for which make run would launch a cluster: "
+            "make train ARGS=--help"
+        ),
+    ),
+    "KEEP=no": (
+        lambda t: ["KEEP=no", "ARGS=--updates 2"],
+        lambda t: (
+            "launch: error: argument --keep: must be 0 or 1 (KEEP=1 leaves the cluster up at the end, "
+            "KEEP=0 takes it down), not 'no' (see --help)"
+        ),
+    ),
+    "KEEP=false": (
+        lambda t: ["KEEP=false", "ARGS=--updates 2"],
+        lambda t: (
+            "launch: error: argument --keep: must be 0 or 1 (KEEP=1 leaves the cluster up at the end, "
+            "KEEP=0 takes it down), not 'false' (see --help)"
+        ),
+    ),
+    "a CLUSTER that is no YAML": (
+        lambda t: [bad_yaml(t, NOT_YAML), "ARGS=--updates 2"],
+        lambda t: (
+            f"error: cannot read the cluster config {t / 'bad.yaml'} (ParserError at line 3); pass CLUSTER=<file.yaml>"
+        ),
+    ),
+    "an empty CLUSTER": (
+        lambda t: [bad_yaml(t, ""), "ARGS=--updates 2"],
+        lambda t: (
+            f"error: the cluster config {t / 'bad.yaml'} is no mapping of a cluster's keys; pass CLUSTER=<file.yaml>"
+        ),
+    ),
+    "a CLUSTER Ray's launcher refuses": (
+        lambda t: [
+            bad_yaml(t, NO_SUCH_PROVIDER),
+            "ARGS=--updates 2",
+        ],
+        lambda t: (
+            f"error: Ray's launcher refuses the cluster config {t / 'bad.yaml'}: NotImplementedError: "
+            "Unsupported node provider: no-such-provider"
+        ),
+    ),
+    "an OUT that is a file": (
+        lambda t: [f"OUT={t / 'a-file'}", "ARGS=--updates 2"],
+        lambda t: f"error: OUT={t / 'a-file'} is a file; pass OUT=<a new folder>",
+    ),
+    "an open-ended job without MAX_HOURS": (
+        lambda t: ["ARGS=--batch-size 2"],
+        lambda t: (
+            "error: an open-ended job (--updates 0, the trainer's default) needs a time cap on a cluster: "
+            'pass MAX_HOURS=<hours> (the head\'s watcher stops the job then) or ARGS="--updates N"'
+        ),
+    ),
+    "MAX_HOURS=0": (
+        lambda t: ["MAX_HOURS=0", "ARGS=--updates 2"],
+        lambda t: (
+            "launch: error: argument --max-hours: must be a number of hours > 0 (MAX_HOURS), not '0' (see --help)"
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", REFUSALS, ids=list(REFUSALS))
+def test_a_mistake_is_one_line_and_exit_2_with_nothing_launched_or_written(tmp_path, case):
+    args, line = REFUSALS[case]
+    (tmp_path / "a-file").write_text("kept")
+    made = run(run_args(tmp_path, *args(tmp_path)), user(tmp_path), timeout=120)
+    assert made.returncode == 2 and said(made) == [line(tmp_path)], made.stdout + made.stderr
+    assert written(tmp_path) == [] and (tmp_path / "a-file").read_text() == "kept"
+
+
+def test_an_image_from_the_shells_environment_is_refused_by_up_and_run_before_the_token(tmp_path):
+    env = user(tmp_path, IMAGE="127.0.0.1:5000/pong-on-ray:exported")
+    line = (
+        "make: IMAGE=127.0.0.1:5000/pong-on-ray:exported comes from your shell's environment; say it on make's "
+        "command line: IMAGE=<registry>/<name:tag> to pull it, IMAGE= to build the image (or unset IMAGE)"
+    )
+    for command in (run_args(tmp_path, "ARGS=--updates 2"), ["make", "up", "CLUSTER=cluster/local.yaml"]):
+        made = run(command, env, timeout=120)
+        assert made.returncode == 2 and said(made) == [line], made.stdout + made.stderr
+        assert written(tmp_path) == [], command
+    # Said on the command line, the environment's is overridden: an empty IMAGE builds, and the check passes.
+    checked = run([*run_args(tmp_path, "ARGS=--batch-size 0"), "IMAGE="], env, timeout=120)
+    assert "IMAGE=" not in checked.stderr and "--batch-size" in checked.stderr, checked.stderr
+
+
+def test_up_refuses_before_the_token(tmp_path):
+    """`make up`'s refusals (a missing config, a variant cluster/variant.py refuses) write no token."""
+    for args in ([f"CLUSTER={tmp_path / 'nope.yaml'}"], ["CLUSTER=cluster/local.yaml", "SPOT=1"]):
+        made = run(["make", "up", *args, f"VARIANT_DIR={tmp_path / 'variants'}"], user(tmp_path), timeout=120)
+        assert made.returncode != 0 and len(said(made)) == 1, made.stdout + made.stderr
+        assert "token" not in made.stdout and written(tmp_path) == [], made.stdout + made.stderr
 
 
 def test_a_folder_that_is_not_empty_is_one_line_and_exit_2_before_ray_up(tmp_path):
@@ -20,14 +194,119 @@ def test_a_missing_cluster_config_is_one_line(tmp_path):
     assert f"cluster config {tmp_path / 'nope.yaml'} does not exist; pass CLUSTER=<file.yaml>" in made.stderr
 
 
+def no_aws(tmp_path):
+    """An environment where boto3 finds no credentials at once: none in it, no files, no instance metadata."""
+    env = {k: v for k, v in user(tmp_path).items() if not k.startswith("AWS_")}
+    nothing = str(tmp_path / "no-such-file")
+    return {
+        **env,
+        "AWS_SHARED_CREDENTIALS_FILE": nothing,
+        "AWS_CONFIG_FILE": nothing,
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+
+
 def test_a_ray_up_that_fails_still_ends_in_ray_down_and_exit_1(tmp_path):
+    """A config Ray's launcher accepts, whose `ray up` then fails: AWS without credentials."""
     broken = tmp_path / "broken.yaml"
-    # A docker section, as cluster/variant.py wants of a cluster file before `ray up`; a provider Ray has not.
-    broken.write_text("cluster_name: pong-broken\ndocker: {image: pong-on-ray:x}\nprovider: {type: no-such-provider}\n")
-    made = run(["make", "run", f"CLUSTER={broken}", f"OUT={tmp_path / 'out'}"], clean_env(), timeout=300)
+    # A docker section, as cluster/variant.py wants of a cluster file before `ray up`.
+    broken.write_text(
+        "cluster_name: pong-broken\ndocker: {image: pong-on-ray:x, container_name: pong}\nprovider: {type: aws, region: us-west-2}\n"
+    )
+    made = run(["make", "run", f"CLUSTER={broken}", f"OUT={tmp_path / 'out'}", "ARGS=--updates 1"], no_aws(tmp_path))
     steps = [fields(line)["step"] for line in only(made.stdout, "make_run step=")]
     last = fields(only(made.stdout, "make_run status=")[-1])
-    assert made.returncode != 0 and steps == ["up", "down"], made.stdout + made.stderr
+    assert made.returncode != 0 and steps == ["cap", "up", "down"], made.stdout + made.stderr
     assert (last["status"], last["agent"], last["job"]) == ("UP_FAILED", "-", "-"), last
-    # `ray down` of a config Ray cannot read fails too, and the line says so rather than `down`.
-    assert last["cluster"] == "down_failed", last
+    # `ray down` of a cluster whose `ray up` failed fails too, and the line says so rather than `down`, and
+    # that nothing is known of an autodown.
+    assert (last["cluster"], last["autodown"]) == ("down_failed", "unknown"), last
+    assert "whether its head runs an autodown watcher is not known" in made.stderr, made.stderr
+
+
+def test_ctrl_c_during_ray_up_promises_no_autodown(tmp_path):
+    """Ctrl-C while `ray up` waits for the head (a host whose SSH never answers): the message says the nodes
+    may bill and that whether the head's watcher started is not known; it promises no teardown."""
+    key = tmp_path / "key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    config = {
+        "cluster_name": f"pong-ctrl-c-{os.getpid()}",
+        "provider": {"type": "local", "head_ip": "127.0.0.1", "worker_ips": []},
+        "auth": {"ssh_user": "nobody-here", "ssh_private_key": str(key)},
+        "docker": {"image": "pong-on-ray:x", "container_name": "pong-ctrl-c"},
+        "head_start_ray_commands": [".../infra/autodown.py --idle-minutes 20"],  # it would start a watcher
+    }
+    cluster = tmp_path / "hangs.yaml"
+    cluster.write_text(yaml.safe_dump(config))
+    command = ["make", "run", f"CLUSTER={cluster}", f"OUT={tmp_path / 'out'}", "ARGS=--updates 1 --batch-size 2"]
+    made = subprocess.Popen(
+        command,
+        env=user(tmp_path),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job: Ctrl-C reaches all of it
+    )
+    try:
+        seen = []
+        for line in made.stdout:
+            seen.append(line)
+            if line.startswith("make_run step=up "):
+                break
+        time.sleep(3)  # `ray up` runs, waiting for the head's SSH
+        os.killpg(made.pid, signal.SIGINT)
+        out, err = made.communicate(timeout=120)
+    finally:
+        made.kill()
+    cap = fields(only("".join(seen), "make_run step=cap")[0])
+    assert (cap["source"], cap["updates"], cap["batch_size"]) == ("plan", "1", "2"), seen
+    (interrupted,) = only(err, "make_run: interrupted")
+    assert interrupted == (
+        f"make_run: interrupted; `ray up` of {cluster} was cut short: its nodes may be up and billing, and "
+        "whether its head started an autodown watcher is not known (it starts last). End it all (the job with "
+        f"it): make down CLUSTER={cluster}"
+    ), err
+    assert "takes it down" not in err and not only(out, "make_run status="), out + err
+
+
+# autodown's lines (infra/autodown.py; the contract of issue 44) and what make run says of each.
+REFUSED = (
+    "autodown refused action=terminate error=UnauthorizedOperation detail='You are not authorized' "
+    "note=ray_left_running"
+)
+FAILED = "autodown failed action=terminate error=RequestLimitExceeded note=the_cluster_may_still_bill"
+
+
+@pytest.mark.parametrize(
+    "line, minutes, word, words",
+    [
+        (REFUSED, 20.0, "refused", "autodown was refused (UnauthorizedOperation): it will not go down by itself"),
+        (FAILED, 20.0, "failed", "autodown failed (RequestLimitExceeded): it will not go down by itself"),
+        ("autodown busy running=1 idle_s=0", 20.0, "after_20_idle_minutes", "takes it down 20 minutes after"),
+        (None, 20.0, "unseen", "no line of its autodown watcher was seen"),
+        ("autodown busy running=1 idle_s=0", 0.0, "none", "no autodown tears it down"),
+        (None, None, "none", "no autodown tears it down"),
+    ],
+)
+def test_what_the_end_and_ctrl_c_say_of_autodown(line, minutes, word, words):
+    state = launch_module().autodown_state(line, minutes)
+    assert state[0] == word and words in state[1], state
+    assert ("takes it down" in state[1]) == word.startswith("after_"), state  # a promise only where one holds
+    if line and word in ("refused", "failed"):
+        assert line in state[1], state  # the watcher's own line, for the detail
+
+
+def test_the_default_cap_comes_from_the_plan_for_the_clusters_size():
+    launch = launch_module()
+    aws = yaml.safe_load((REPO / "cluster" / "aws.yaml").read_text())
+    local = yaml.safe_load((REPO / "cluster" / "local.yaml").read_text())
+    assert launch.cluster_size(aws) == (11, 18) and launch.cluster_size(local) == (1, os.cpu_count())
+    trainer = launch.trainer_config("pong", "pgpong", ["--updates", "60"])
+    hours, why = launch.default_cap(trainer, 11, 18)
+    more, _ = launch.default_cap(launch.trainer_config("pong", "pgpong", ["--updates", "600"]), 11, 18)
+    fewer_nodes, _ = launch.default_cap(trainer, 2, 18)
+    assert why["floor_s"] > trainer.actor_wait_s and why["margin"] == 2, why
+    expected = 2 * (why["floor_s"] + 60 * why["seconds_per_update"]) / 3600
+    assert expected <= hours < expected + 0.01, (hours, why)
+    assert hours < more and hours < fewer_nodes, (hours, more, fewer_nodes)

@@ -530,8 +530,9 @@ def last_line(made):
 def test_make_run_trains_fetches_and_ships_the_agent_then_downs_the_cluster_even_when_the_job_fails(
     cluster_yaml, tmp_path
 ):
-    # A job that fails (the trainer refuses --batch-size 0): the cluster still goes down, exit status 1.
-    failed = make_run(cluster_yaml, tmp_path, "failed", "--batch-size 0")
+    # A job that fails (the trainer cannot write its run dir on the head; ARGS its parser refuses never get
+    # this far: tests/test_launch.py): the cluster still goes down, exit status 1.
+    failed = make_run(cluster_yaml, tmp_path, "failed", "--updates 1 --run-dir /proc/pong-run")
     line = last_line(failed)
     assert failed.returncode != 0 and line["status"] == "FAILED" and line["cluster"] == "down", line
     assert line["agent"] == "-" and not container_exists(), failed.stdout[-3000:]

@@ -9,7 +9,7 @@ engine (harness.registry.NodeEngine) runs the pull step that cluster/variant.py 
 place of the build, and the image it pulled is the very image pushed (same ID), and it imports
 Ray, gymnasium and the emulator. `make image-push`'s mistakes are one line and exit 2. The push is
 recorded (PUSHED_IMAGE_FILE, here a temp file), and `make up` and `make run` of cluster/aws.yaml pull a
-recorded ECR image unless IMAGE is given, and say which path on their first line after the token's.
+recorded ECR image unless IMAGE is given, and say which path on the line before the token's.
 
 Needs root, a Docker engine and the docker-registry package: `make docker-engine` installs
 both (infra/ci-docker.sh). About a minute: the pull copies 1.1 GB on loopback.
@@ -124,7 +124,7 @@ ECR_IMAGE = f"123456789012.dkr.ecr.us-west-2.amazonaws.com/{IMAGE}"
 
 def test_make_up_and_make_run_of_aws_yaml_pull_a_recorded_ecr_image_unless_image_is_given(tmp_path):
     """The recorded push decides: an ECR image recorded by `make image-push` is what `make up` and `make run` of
-    cluster/aws.yaml pull (their line after the token's says so, and the launched copy names it); IMAGE= builds,
+    cluster/aws.yaml pull (their line before the token's says so, and the launched copy names it); IMAGE= builds,
     IMAGE=<name> pulls that; a record of another registry (one on loopback, of no use to EC2) builds. Run for
     real with no AWS credentials: each stops where Ray first asks AWS, with nothing launched."""
     ecr, loopback = tmp_path / "ecr", tmp_path / "loopback"
@@ -140,7 +140,11 @@ def test_make_up_and_make_run_of_aws_yaml_pull_a_recorded_ecr_image_unless_image
     other = f"123456789012.dkr.ecr.us-west-2.amazonaws.com/team/{IMAGE}"
     cases = (
         (["up", f"PUSHED_IMAGE_FILE={ecr}"], f"image path=pull image={ECR_IMAGE} from={ecr}", ECR_IMAGE),
-        (["run", f"PUSHED_IMAGE_FILE={ecr}"], f"image path=pull image={ECR_IMAGE} from={ecr}", ECR_IMAGE),
+        (
+            ["run", f"PUSHED_IMAGE_FILE={ecr}", "ARGS=--updates 1"],
+            f"image path=pull image={ECR_IMAGE} from={ecr}",
+            ECR_IMAGE,
+        ),
         (["up", f"PUSHED_IMAGE_FILE={ecr}", "IMAGE="], f"image path=build image={IMAGE} on=every_node", None),
         (["up", f"PUSHED_IMAGE_FILE={ecr}", f"IMAGE={other}"], f"image path=pull image={other} from=IMAGE", other),
         (["up", f"PUSHED_IMAGE_FILE={loopback}"], f"image path=build image={IMAGE} on=every_node", None),
@@ -155,8 +159,8 @@ def test_make_up_and_make_run_of_aws_yaml_pull_a_recorded_ecr_image_unless_image
         made = run(["make", *args, f"VARIANT_DIR={variants}", f"OUT={tmp_path / f'out{n}'}"], env, timeout=300)
         assert made.returncode != 0 and "Unable to locate credentials" in made.stdout + made.stderr, args
         lines = made.stdout.splitlines()
-        [token] = [n for n, line in enumerate(lines) if line.startswith("token: ")]  # the last prerequisite's
-        assert lines[token + 1] == said, (args, made.stdout)  # the recipe's first line
+        [token] = [n for n, line in enumerate(lines) if line.startswith("token: ")]  # made after the checks
+        assert lines[token - 1] == said, (args, made.stdout)  # the line before it
         copies = list(variants.glob("*.yaml")) if variants.exists() else []
         if pulled is None:
             assert copies == [], args  # cluster/aws.yaml itself, as written: every node builds

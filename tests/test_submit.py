@@ -15,7 +15,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from harness import RAY, REPO, clean_env, missing, run
+from harness import RAY, REPO, clean_env, fields, missing, run
+from harness.cluster import two_node_cluster
 
 
 def error_line(result):
@@ -158,11 +159,100 @@ def test_wait_follows_the_logs_and_exits_by_the_final_status(ray_cluster, tmp_pa
     assert "usage: python -m pgpong.train" in ok.stdout  # the job's own output, followed
     assert ok.stdout.strip().splitlines()[-1].endswith("status=SUCCEEDED"), ok.stdout
 
-    bad = run([sys.executable, "job/submit.py", "--wait", "pong", "--", "--batch-size", "0"], env, timeout=300)
+    # A run dir the trainer cannot write, on the node (what this machine cannot check before submitting).
+    args = ["--updates", "1", "--run-dir", "/proc/pong-run"]
+    bad = run([sys.executable, "job/submit.py", "--wait", "pong", "--", *args], env, timeout=300)
     assert bad.returncode == 1, bad.stdout + bad.stderr
-    assert "--batch-size: must be a whole number >= 1" in bad.stdout
+    assert "error: cannot write run dir /proc/pong-run" in bad.stdout
     assert bad.stdout.strip().splitlines()[-1].endswith("status=FAILED"), bad.stdout
     assert_no_traceback(bad)
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (
+            ["ARGS=--batch-size 0"],
+            "python -m pgpong.train: error: argument --batch-size: must be a whole number >= 1, not '0' (see --help)",
+        ),
+        (
+            ["ARGS=--updates 2", "MAX_HOURS=soon"],
+            "submit: error: argument --max-hours: must be a number of hours > 0 (MAX_HOURS), not 'soon' (see --help)",
+        ),
+    ],
+    ids=["ARGS the trainer refuses", "MAX_HOURS that is no number"],
+)
+def test_a_bad_argument_is_one_line_before_anything_is_sent(tmp_path, args, line):
+    """Refused here, by the trainer's own parser or submit's, before any cluster is asked: there is none."""
+    last = tmp_path / "last-job"
+    env = clean_env(RAY_ADDRESS="http://127.0.0.1:9", LAST_JOB_FILE=str(last))
+    result = run(["make", "submit", *args], env, timeout=60)
+    said = [text for text in result.stderr.splitlines() if not text.startswith("make: *** [")]
+    assert result.returncode == 2 and said == [line] and result.stdout == "", result.stdout + result.stderr
+    assert not last.exists()
+
+
+def submitted_line(result):
+    (line,) = [text for text in result.stdout.splitlines() if text.startswith("submitted ")]
+    return fields(line)
+
+
+@pytest.mark.slow  # needs the two-node cluster (about 10 s to start, once per session)
+def test_max_hours_is_the_jobs_metadata_and_said_not_enforced_where_no_watcher_runs(ray_cluster, tmp_path):
+    """The two-node cluster's head, as the head of `make local-up`, runs no autodown watcher: the cap is put on
+    the job but nothing would stop it, and the line says so; an open-ended job needs no cap there."""
+    env = ray_cluster.client_env(LAST_JOB_FILE=str(tmp_path / "last-job"))
+    result = run(["make", "submit", "ARGS=--help", "MAX_HOURS=0.5"], env, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    line = submitted_line(result)
+    assert (line["max_hours"], line["cap"]) == ("0.5", "not_enforced") and "make stop-job" in line["note"], line
+    assert ray_cluster.get(f"/api/jobs/{line['id']}")["metadata"]["max_hours"] == "0.5"
+
+
+def head_logs(cluster):
+    """The Ray log folder of the cluster's head (its last start's, should a start have been retried)."""
+    return max(cluster.temp_dir.glob("head-*/session_latest/logs"), key=lambda path: path.stat().st_mtime)
+
+
+@pytest.mark.slow  # a Ray head of its own, and the real autodown watcher against it
+def test_a_head_whose_watcher_runs_requires_a_cap_of_an_open_ended_job_and_enforces_one(tmp_path):
+    """A head whose autodown watcher writes its log where a launched head's does (the head's Ray log folder):
+    an open-ended job without MAX_HOURS is refused, nothing submitted; with it, the line says the watcher
+    stops it, and the job carries the cap."""
+    with two_node_cluster(second_node=False) as cluster:
+        with open(head_logs(cluster) / "autodown.log", "a") as log:
+            watcher = subprocess.Popen(
+                [sys.executable, str(REPO / "infra" / "autodown.py"), "--idle-minutes", "60", "--poll-s", "1"]
+                + ["--address", cluster.address, "--down-command", "true"],
+                env=cluster.client_env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        try:
+            deadline = time.monotonic() + 60
+            while "autodown start" not in (head_logs(cluster) / "autodown.log").read_text():
+                assert time.monotonic() < deadline and watcher.poll() is None, "the watcher wrote no start line"
+                time.sleep(0.2)
+            env = cluster.client_env(LAST_JOB_FILE=str(tmp_path / "last-job"))
+            before = cluster.job_ids()
+            refused = run(["make", "submit", "ARGS=--batch-size 2 --updates 0"], env, timeout=120)
+            assert refused.returncode == 2 and refused.stdout == "", refused.stdout + refused.stderr
+            assert error_line(refused) == (
+                "submit: an open-ended job (--updates 0, the trainer's default) on a cluster needs a time cap: "
+                "pass MAX_HOURS=<hours> (the head's watcher stops it then, as `make stop-job` does) or "
+                'ARGS="--updates N"'
+            )
+            assert cluster.job_ids() == before and not (tmp_path / "last-job").exists()
+
+            capped = run(["make", "submit", "ARGS=--help", "MAX_HOURS=2"], env, timeout=120)
+            assert capped.returncode == 0, capped.stdout + capped.stderr
+            line = submitted_line(capped)
+            assert (line["max_hours"], line["cap"]) == ("2", "stopped_by_the_heads_watcher") and "note" not in line
+            assert cluster.get(f"/api/jobs/{line['id']}")["metadata"]["max_hours"] == "2"
+        finally:
+            watcher.kill()
+            watcher.wait()
 
 
 @pytest.mark.parametrize("recorded", ["127.0.0.1:6379", "127.0.0.1:16379"])

@@ -295,11 +295,11 @@ class Launched:
         nodes = self.api("/api/v0/nodes?detail=false&limit=100")
         return {n["node_id"]: n["node_ip"] for n in nodes["data"]["result"]["result"] if n["state"] == "ALIVE"}
 
-    def submit(self, args, name):
-        """make submit JOB=pong ARGS=args from the laptop; its submission id."""
+    def submit(self, args, name, *more):
+        """make submit JOB=pong ARGS=args (and more make arguments: MAX_HOURS=h) from the laptop; its submission id."""
         last_job = self.tmp / f"last-job-{name}"
         submitted = run(
-            self.lan.laptop(["make", "submit", "JOB=pong", f"ARGS={args}"]),
+            self.lan.laptop(["make", "submit", "JOB=pong", f"ARGS={args}", *more]),
             self.client_env(LAST_JOB_FILE=str(last_job)),
             timeout=180,
         )
