@@ -352,7 +352,32 @@ def read_cluster(path):
             "has no docker: section naming an image (docker.image); every node runs the job in the image,"
             " as cluster/aws.yaml says"
         )
+    refused = ray_refusal(config)
+    if refused:
+        raise ValueError(f"is refused by Ray's launcher: {refused}")
     return config
+
+
+def ray_refusal(config):
+    """What Ray's launcher says against a cluster config (a dict), in one line, or None when it takes it: its own
+    validator, the first thing `ray up` runs (where a refusal is a traceback), with its output kept quiet."""
+    import contextlib
+    import io
+    import logging
+
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    quiet = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+            logging.disable(logging.CRITICAL)
+            validate_config(prepare_config(copy.deepcopy(config)))
+    except Exception as e:  # noqa: BLE001 (whatever Ray's validator raises, the config is what it refuses)
+        said = (str(e).strip().splitlines() or [""])[0].strip("'")
+        return f"{type(e).__name__}: {said}"
+    finally:
+        logging.disable(logging.NOTSET)
+    return None
 
 
 class AwsError(Exception):

@@ -41,11 +41,7 @@ failed (autodown's `autodown refused ...`/`autodown failed ...` line: it will no
 none (no autodown), or unseen (the YAML starts one, but no line of it was read).
 """
 
-import contextlib
-import copy
-import io
 import json
-import logging
 import math
 import os
 import re
@@ -66,7 +62,7 @@ from submit import REPO, UserError, asks_for_help, autodown_line, connect, hours
 sys.path[1:1] = [str(REPO / "job" / "pong"), str(REPO / "job" / "tools"), str(REPO / "cluster")]
 from pgpong.cli import Parser, checked, fail  # noqa: E402
 from pgpong.logline import fields, kv  # noqa: E402
-from variant import autodown_minutes  # noqa: E402  (the one reader of the minutes a YAML's watcher waits)
+from variant import autodown_minutes, ray_refusal  # noqa: E402  (the one reader of the minutes a YAML's watcher waits)
 
 # What of the run on the head the agent needs: its metrics, and the newest ckpt-NNNNNN.npz found there.
 RUN_FILES = ("metrics.jsonl",)
@@ -90,8 +86,6 @@ def cluster_config(path):
     """The launcher config at path as a dict, once Ray's launcher would accept it: its own validator
     (what `ray up` runs first, whose refusals are a traceback there), its output kept quiet. One line
     (UserError) when it is no YAML or Ray refuses it."""
-    from ray.autoscaler._private.util import prepare_config, validate_config
-
     try:
         config = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as e:
@@ -102,16 +96,9 @@ def cluster_config(path):
         ) from None
     if not isinstance(config, dict):
         raise UserError(f"the cluster config {path} is no mapping of a cluster's keys; pass CLUSTER=<file.yaml>")
-    quiet = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
-            logging.disable(logging.CRITICAL)
-            validate_config(prepare_config(copy.deepcopy(config)))
-    except Exception as e:  # noqa: BLE001 (whatever Ray's validator raises, the config is what it refuses)
-        said = (str(e).strip().splitlines() or [""])[0].strip("'")
-        raise UserError(f"Ray's launcher refuses the cluster config {path}: {type(e).__name__}: {said}") from None
-    finally:
-        logging.disable(logging.NOTSET)
+    refused = ray_refusal(config)
+    if refused:
+        raise UserError(f"Ray's launcher refuses the cluster config {path}: {refused}")
     return config
 
 

@@ -310,6 +310,10 @@ BAD_CLUSTERS = {
     ),
     "docker without image": ("cluster_name: mine\ndocker: {container_name: c}\n", "has no docker: section naming"),
     "a list": ("- cluster_name: mine\n", "is not a cluster config (a YAML mapping of keys, not a list)"),
+    "ray refuses": (
+        "cluster_name: mine\ndocker: {image: pong, container_name: c}\nprovider: {type: local, head_ip: 127.0.0.1, worker_ips: []}\nmax_worker: 2\n",
+        "is refused by Ray's launcher: ValidationError: Additional properties are not allowed ('max_worker' was",
+    ),
     "not yaml": ("cluster_name: [mine\n\tdocker: {\n", "(ScannerError); pass CLUSTER=<file.yaml>"),
     "not text": (b"\x89PNG\r\n\x1a\n\xff\xfe", "(UnicodeDecodeError); pass CLUSTER=<file.yaml>"),
 }
@@ -342,15 +346,18 @@ def test_a_cluster_file_that_is_no_cluster_config_is_one_line_and_exit_2(tmp_pat
         (["AUTODOWN=0.001"], f"{AUTODOWN_SAYS}, not '0.001'"),
         (["MAX_NODE_HOURS=0"], f"{HOURS_SAYS}, not '0'"),
         ([f"IMAGE=127.0.0.1:5000/Pong:{TAG}"], "is not an image name Docker accepts"),
+        (["CLUSTER={refused}"], "is refused by Ray's launcher: ValidationError"),
     ],
-    ids=["no-docker", "no-docker-variant", "autodown", "hours", "image"],
+    ids=["no-docker", "no-docker-variant", "autodown", "hours", "image", "ray-refuses"],
 )
 def test_make_up_refuses_a_bad_cluster_file_or_choice_in_one_line_before_ray_up(tmp_path, variables, said):
     """`make up` as a new user runs it: the mistake is one line (and make's own `Error 2`), exit 2, no `ray up`,
     no launched copy left behind."""
+    (tmp_path / "refused").mkdir()
+    refused, _ = bad_cluster(tmp_path / "refused", "ray refuses")
     bad, _ = bad_cluster(tmp_path, "no docker")
     variant_dir = tmp_path / "variant"
-    variables = [v.format(bad=bad) for v in variables]
+    variables = [v.format(bad=bad, refused=refused) for v in variables]
     made = run(
         ["make", "up", *variables, f"VARIANT_DIR={variant_dir}"], clean_env(HOME=str(tmp_path / "home")), timeout=120
     )
