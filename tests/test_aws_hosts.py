@@ -72,7 +72,11 @@ STAND_IN, STAND_IN_STATE = (re.search(rf"^{key}=(\S+)$", BACKSTOP, re.M).group(1
 BACKSTOP_HOURS = 0.01
 FIRED = "/tmp/pong-backstop-fired"  # on the host: the stand-in's record, one line each time it fires
 # Run in the head's container: the CPUs the cluster declares, as Ray counts them.
-CLUSTER_CPUS = 'python -c \'import ray; ray.init(address="auto", logging_level="ERROR"); print(int(ray.cluster_resources()["CPU"]))\''
+# Marked: the driver may print the autoscaler's events ("Resized to 54 CPUs.") after it.
+CLUSTER_CPUS = (
+    'python -c \'import ray; ray.init(address="auto", logging_level="ERROR", log_to_driver=False);'
+    ' print("cluster_cpus=%d" % ray.cluster_resources()["CPU"])\''
+)
 
 
 def build_folder():
@@ -193,7 +197,8 @@ def test_aws_yaml_as_it_is_starts_three_nodes_as_ubuntu_trains_on_them_and_its_a
     _, up_figures = cluster.bring_up(JOIN_TIMEOUT_S)
     figures.update(up_figures)
     cpus = cluster.head_exec(CLUSTER_CPUS)
-    assert cpus.stdout.split()[-1:] == [str(18 * len(HOSTS))], cpus.stdout + cpus.stderr  # --num-cpus=18 each
+    said = [word for word in cpus.stdout.split() if word.startswith("cluster_cpus=")]
+    assert said == [f"cluster_cpus={18 * len(HOSTS)}"], cpus.stdout + cpus.stderr  # --num-cpus=18 each
 
     # What the YAML's commands did on each host, as ubuntu: Docker by group and ACL; the container as Ray's
     # image user; its token read at the YAML's RAY_AUTH_TOKEN_PATH.
