@@ -38,7 +38,6 @@ import getpass
 import json
 import os
 import re
-import sys
 import time
 from pathlib import Path
 
@@ -49,8 +48,6 @@ from harness.launched import Launched, lan_of_hosts, lines_of, updater_seconds, 
 from harness.launcher import clear, tail
 from harness.runs import assert_same_run, train_locally
 from ray.autoscaler.sdk import get_docker_host_mount_location
-
-sys.path.insert(0, str(REPO / "cluster"))
 from variant import AUTODOWN_COMMAND  # noqa: E402  (cluster/ is no package: `make up` runs variant.py)
 
 LOCAL_YAML = REPO / "cluster" / "local.yaml"

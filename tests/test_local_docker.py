@@ -37,7 +37,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -59,8 +58,6 @@ from harness.launcher import (
     with_descendants,
 )
 from harness.processes import PORT_ATTEMPTS, free_port, with_new_ports
-
-sys.path.insert(0, str(REPO / "cluster"))
 from variant import with_autodown  # noqa: E402  (cluster/ is no package: `make up` runs variant.py as a script)
 
 LOCAL_YAML = REPO / "cluster" / "local.yaml"

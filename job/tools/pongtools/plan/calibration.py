@@ -1,7 +1,7 @@
 """Measuring the model's inputs here: real trainer runs, and a probe playing episodes beside them.
 
-    PYTHONPATH=job/pong:job/tools python -m pongtools.plan calibrate --out cal.json --work-dir /tmp/cal
-    PYTHONPATH=job/pong:job/tools python -m pongtools.plan inputs --calibration cal.json
+    .venv/bin/python -m pongtools.plan calibrate --out cal.json --work-dir /tmp/cal
+    .venv/bin/python -m pongtools.plan inputs --calibration cal.json
 
 Ray and the emulator, half an hour on a busy 2-core machine (take `flock /tmp/bench.lock`
 on a shared one). `calibrate` runs the trainer at batch 10 and at batch 300 with a probe
