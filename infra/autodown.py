@@ -55,8 +55,8 @@ restarting, say), bad_answer. Its lines are key=value, in the head's Ray log fol
 A mistake in its flags or the launcher's config is one line and exit 2, before it watches (pgpong.cli's
 contract, as every program here). A teardown that fails before it stopped anything is tried again a minute
 later; after Ray was stopped, exit 1. Stdlib only, but for Ray's token loader and boto3 on AWS (the image has
-both) and the job's package pgpong (its cli, and its dashboard module, the one reader of the dashboard's port),
-which the YAMLs' file_mounts copy beside this folder: /tmp/pong-build/job/pong, on the command's PYTHONPATH.
+both), pgpong's cli and pongtools' clusterfile (the one reader of the dashboard's port), whose packages the
+YAMLs' file_mounts copy to /tmp/pong-build/job/pong and /tmp/pong-build/job/tools, on the command's PYTHONPATH.
 """
 
 import argparse
@@ -71,7 +71,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from pgpong import cli, dashboard
+from pgpong import cli
+from pongtools.clusterfile import dashboard_port
 
 ACTIVE = {"PENDING", "RUNNING"}
 CONFIG = "~/ray_bootstrap_config.yaml"
@@ -389,9 +390,9 @@ class Teardown:
 
 
 def dashboard_address(config):
-    """The head's Jobs API as the launcher's config starts it (pgpong.dashboard), on the head's loopback (both
-    YAMLs keep the dashboard there)."""
-    return f"http://127.0.0.1:{dashboard.port(config)}"
+    """The head's Jobs API as the launcher's config starts it (pongtools.clusterfile), on the head's loopback
+    (both YAMLs keep the dashboard there)."""
+    return f"http://127.0.0.1:{dashboard_port(config)}"
 
 
 def number(minimum, wanted):

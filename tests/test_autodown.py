@@ -20,7 +20,7 @@ import sys
 import time
 import uuid
 
-import autodown  # noqa: E402  (infra/ is no package: the head runs autodown.py as a script)
+import autodown  # infra/autodown.py (pytest's pythonpath)
 import pytest
 from harness import JOB_DIR, RAY, REPO, fields, run
 from harness.aws import iam_user, moto_with_iam, use_aws

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from autodown import fields as autodown_fields  # noqa: E402  (infra/ is no package: the head runs it as a script)
+from autodown import fields as autodown_fields  # infra/autodown.py (pytest's pythonpath)
 from harness import REPO, clean_env, read_env_file, run
 from harness.launched import dashboard_get
 from ray.autoscaler._private.command_runner import _with_interactive

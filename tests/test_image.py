@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 import pytest
-from check_image import read_lock  # noqa: E402
+from check_image import read_lock  # infra/check_image.py (pytest's pythonpath)
 from harness import REPO, THREADS, missing, read_env_file
 
 BUILD_TIMEOUT_S = 1800

@@ -44,7 +44,15 @@ from types import SimpleNamespace
 import pytest
 import yaml
 from harness import RAY, REPO, clean_env, fields, only, run
-from harness.launched import dashboard_get
+from harness.launched import (
+    CLUSTER_NAME,
+    COMMITTED,
+    CONTAINER,
+    LAUNCHER_TIMEOUT_S,
+    LOCAL_YAML,
+    TOKEN_MOUNT,
+    dashboard_get,
+)
 from harness.launcher import (
     SSH_OPTIONS,
     clear,
@@ -58,19 +66,13 @@ from harness.launcher import (
     with_descendants,
 )
 from harness.processes import PORT_ATTEMPTS, free_port, with_new_ports
-from variant import with_autodown  # noqa: E402  (cluster/ is no package: `make up` runs variant.py as a script)
+from variant import with_autodown  # cluster/variant.py (pytest's pythonpath)
 
-LOCAL_YAML = REPO / "cluster" / "local.yaml"
-COMMITTED = yaml.safe_load(LOCAL_YAML.read_text())
-CLUSTER_NAME = COMMITTED["cluster_name"]
-CONTAINER = COMMITTED["docker"]["container_name"]
-TOKEN_MOUNT = "~/.ray/auth_token"
 JOB_ARGS = "--batch-size 2 --updates 1"
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 # sshd refuses to start without its privilege separation folder; Debian's service
 # script makes it at boot, so a machine without an init system may lack it.
 PRIVSEP_DIR = Path("/run/sshd")
-LAUNCHER_TIMEOUT_S = 900
 JOB_TIMEOUT_S = 600
 
 SSHD_CONFIG = """\

@@ -12,7 +12,7 @@ import importlib.metadata
 import re
 
 import pytest
-from check_image import read_lock  # noqa: E402
+from check_image import read_lock  # infra/check_image.py (pytest's pythonpath)
 from harness import REPO
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name

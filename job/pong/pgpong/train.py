@@ -194,7 +194,7 @@ class Trainer:
     def train(self):
         """Train, and save the last finished update: the run's report.Summary. TrainingError (one
         line, saying what was kept) if the run dir stops taking writes or our code raised in the actors."""
-        from .pool import BugError
+        from .pool import BugError, actor_peak_rss_mb
 
         try:
             stopped = self.loop()
@@ -210,7 +210,7 @@ class Trainer:
                 f"{e}; a bug, not a fault: training stopped and {self.last_good()} "
                 "(docs/reliability.md, A bug in an actor)"
             ) from None
-        return self.report.end(stopped, self.progress, self.checkpoint, self.pool.peak_rss_mb)
+        return self.report.end(stopped, self.progress, self.checkpoint, lambda: actor_peak_rss_mb(self.pool))
 
     def last_good(self):
         """What a run stopped by an error keeps, as words for its error line."""

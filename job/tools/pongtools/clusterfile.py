@@ -1,7 +1,8 @@
 """What a cluster launcher config (cluster/aws.yaml, cluster/local.yaml, or a copy cluster/variant.py wrote) says:
-whether Ray's launcher takes it, the nodes and CPUs it starts at most, how its nodes get the image, and the
-minutes its head's autodown watcher waits. The one reader of each, for `make up` (cluster/variant.py) and
-`make run` (pongtools.launch)."""
+whether Ray's launcher takes it, the nodes and CPUs it starts at most, how its nodes get the image, the minutes
+its head's autodown watcher waits, and the port of its head's dashboard. The one reader of each, for `make up`
+(cluster/variant.py), `make run` (pongtools.launch) and the head's watcher (infra/autodown.py, which runs with
+pgpong and pongtools beside it: the YAMLs' file_mounts)."""
 
 import copy
 import os
@@ -14,6 +15,8 @@ from pgpong.cli import UserError
 # The head's watcher, as the YAMLs' head_start_ray_commands start it (cluster/variant.py writes that command).
 AUTODOWN = "infra/autodown.py"
 NUM_CPUS = re.compile(r"--num-cpus[= ](\d+)")
+DASHBOARD_PORT = re.compile(r"--dashboard-port[= ](\d+)")
+DEFAULT_DASHBOARD_PORT = 8265  # Ray's, where `ray start --head` puts the dashboard without --dashboard-port
 
 
 def ray_refusal(config):
@@ -87,3 +90,10 @@ def autodown_minutes(config):
         if AUTODOWN in command:
             return float(command.split("--idle-minutes", 1)[1].split()[0])
     return None
+
+
+def dashboard_port(config):
+    """The --dashboard-port of the config's head_start_ray_commands (its Jobs API), else Ray's default."""
+    commands = config.get("head_start_ray_commands")
+    found = DASHBOARD_PORT.search(" ".join(map(str, commands if isinstance(commands, list) else [])))
+    return int(found.group(1)) if found else DEFAULT_DASHBOARD_PORT

@@ -53,7 +53,7 @@ import sys
 import time
 from pathlib import Path
 
-from pgpong import cli, dashboard
+from pgpong import cli
 from pgpong.cli import Parser, UserError, checked
 from pgpong.logline import fields, kv
 
@@ -300,7 +300,7 @@ class Launch:
                 trained = Trained("UP_FAILED")
             else:
                 self.ready = True
-                with Tunnel(self.a.cluster, dashboard.port(self.config)) as tunnel:
+                with Tunnel(self.a.cluster, clusterfile.dashboard_port(self.config)) as tunnel:
                     self.address = tunnel.address
                     self.read_watcher()
                     trained = self.train()
