@@ -136,7 +136,7 @@ def cluster(lan, tmp_path):
 def submit(cluster, run_dir, updates):
     """make submit JOB=pong with the default --workers auto; its submission id. run_dir may start with ~ (the
     container user's home): `--run-dir=` keeps the laptop's shell from expanding it. An open-ended job (updates
-    0) carries a time cap of an hour, which a head with an autodown watcher requires (job/submit.py)."""
+    0) carries a time cap of an hour, which a head with an autodown watcher requires (pongtools.submit)."""
     args = f"--batch-size {BATCH} --updates {updates} --seed 0 --run-dir={run_dir}"
     return cluster.submit(args, Path(run_dir).name, *(["MAX_HOURS=1"] if updates == 0 else []))
 

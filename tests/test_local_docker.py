@@ -506,7 +506,7 @@ def make_run(cluster, tmp_path, name, args, **popen):
 
 def timed_make_run(cluster, tmp_path, name, args):
     """`make run` as make_run does it, its stderr into its stdout, each line timed as it arrives: the finished
-    process, its stdout, and the seconds from the job's end (jobs.py's `job id=... status=` line, where following
+    process, its stdout, and the seconds from the job's end (pongtools.jobs' `job id=... status=` line, where following
     stops) to the agent here (`make_run step=down`, printed once pongtools.ship and plot are done)."""
     running = make_run(cluster, tmp_path, name, args, popen=True, stderr=subprocess.STDOUT)
     timed = [(time.monotonic(), text) for text in running.stdout]
