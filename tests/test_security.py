@@ -100,10 +100,10 @@ def test_a_submission_uploads_the_package_and_nothing_that_could_hold_a_secret(r
         (job / name).write_text("secret\n")
     tools = os.pathsep.join([str(copy / "job" / "pong"), str(copy / "job" / "tools")])
     env = ray_cluster.client_env(LAST_JOB_FILE=str(tmp_path / "last-job"), PYTHONPATH=tools)
-    # bad trainer arguments: the job ends at once, after Ray has unpacked its working dir
-    submitted = run(
-        [sys.executable, "-m", "pongtools.submit", "pong", "--", "--batch-size", "0"], env, timeout=120, cwd=copy
-    )
+    # a run dir the trainer cannot write (which submit cannot check here): the job ends at once, after Ray has
+    # unpacked its working dir (arguments its parser refuses, such as --batch-size 0, submit refuses itself)
+    args = ["--updates", "1", "--run-dir", "/proc/pong-run"]
+    submitted = run([sys.executable, "-m", "pongtools.submit", "pong", "--", *args], env, timeout=120, cwd=copy)
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
     job_id = (tmp_path / "last-job").read_text().strip()
     try:
