@@ -97,10 +97,10 @@ def test_a_submission_uploads_the_package_and_nothing_that_could_hold_a_secret(r
         (job / name).parent.mkdir(parents=True, exist_ok=True)
         (job / name).write_text("secret\n")
     env = ray_cluster.client_env(LAST_JOB_FILE=str(tmp_path / "last-job"))
-    # bad trainer arguments: the job ends at once, after Ray has unpacked its working dir
-    submitted = run(
-        [sys.executable, str(copy / "job" / "submit.py"), "pong", "--", "--batch-size", "0"], env, timeout=120, cwd=copy
-    )
+    # a run dir the trainer cannot write: the job ends at once, after Ray has unpacked its working dir (submit
+    # itself refuses arguments the trainer's parser refuses, so these must parse)
+    args = ["--updates", "1", "--run-dir", "/proc/pong-run"]
+    submitted = run([sys.executable, str(copy / "job" / "submit.py"), "pong", "--", *args], env, timeout=120, cwd=copy)
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
     job_id = (tmp_path / "last-job").read_text().strip()
     try:
