@@ -125,6 +125,8 @@ def auth_header():
         return loader.get_token_for_http_header()
     except AuthenticationError as error:
         raise CannotSee("token", str(error).split(". Ensure")[0]) from None
+    finally:
+        loader.reset_cache()  # nothing left cached: a Ray client in the same process then reads its own token
 
 
 def ask(address, path, method="GET", timeout_s=10):
