@@ -63,7 +63,6 @@ import argparse
 import json
 import math
 import os
-import shlex
 import subprocess
 import time
 import urllib.error
@@ -71,7 +70,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from pgpong import cli
+from pgpong import cli, logline
+from pgpong.logline import kv
 from pongtools.clusterfile import dashboard_port
 
 ACTIVE = {"PENDING", "RUNNING"}
@@ -92,17 +92,15 @@ REFUSED = {"UnauthorizedOperation", "AccessDenied", "AccessDeniedException"}
 
 
 def say(what, **fields):
-    words = []
-    for key, value in fields.items():
-        text = " ".join(str(value).split())  # one line, whatever the value held
-        words.append(f"{key}={shlex.quote(text)}")  # quoted only where the shell would need it
-    print(" ".join(["autodown", what, *words]), flush=True)
+    """One `autodown <what> key=value ...` line (pgpong.logline.kv), each text value folded onto one line: a
+    refusal's detail can hold AWS's newlines."""
+    one_line = {k: " ".join(v.split()) if isinstance(v, str) else v for k, v in fields.items()}
+    print(kv("autodown", what, **one_line), flush=True)
 
 
 def fields(line):
     """A line of say's back as {"what": ..., key: value}."""
-    words = shlex.split(line)
-    return {"what": words[1], **dict(word.split("=", 1) for word in words[2:])}
+    return {"what": line.split()[1], **logline.fields(line)}
 
 
 class CannotSee(Exception):

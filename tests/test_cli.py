@@ -112,7 +112,6 @@ def test_ctrl_c_is_130_without_a_traceback(tmp_path):
     import signal
     import socket
     import subprocess
-    import time
 
     from harness import VENV_BIN
 
@@ -126,8 +125,10 @@ def test_ctrl_c_is_130_without_a_traceback(tmp_path):
         proc = subprocess.Popen(
             [str(VENV_BIN / "pong-jobs"), "logs"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
-        time.sleep(3)  # importing Ray, then waiting on the silent port
-        os.kill(proc.pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        silent.settimeout(120)
+        asked, _ = silent.accept()  # it has imported Ray and waits on the port: a fixed sleep raced the import
+        with asked:
+            os.kill(proc.pid, signal.SIGINT)
+            out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, (proc.returncode, out, err)
     assert err == "logs: interrupted; the job runs on (`make stop-job` stops it)\n", err

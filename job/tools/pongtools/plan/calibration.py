@@ -154,7 +154,7 @@ def calibrate(out_path, work_dir, runs=((10, 20), (300, 2)), workers=2):
                     break
                 print(kv("calibrate", batch_size=batch, retry=attempt + 1, reason="ray_startup_timeout"), flush=True)
             if proc.returncode != 0:
-                sys.exit(f"calibrate: the batch-{batch} run failed: {proc.stderr[-2000:]}")
+                raise RuntimeError(f"calibrate: the batch-{batch} run failed: {proc.stderr[-2000:]}")
             keep = ("update", "time", "seconds", "rollout_s", "reduce_s", "update_s", "driver_bytes", "episode_steps")
             ups = [{k: m[k] for k in keep} for m in Run(run_dir).metrics()]
             record["runs"].append(
