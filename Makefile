@@ -44,7 +44,7 @@ VARIANT_DIR ?= .cache/cluster
 KEEP ?= 0
 OUT ?=
 # `make run` and `make submit`: the job's time cap in hours; the head's watcher stops the job then, as
-# `make stop-job` does. `make run`'s default comes from the plan for its updates (job/launch.py says how);
+# `make stop-job` does. `make run`'s default comes from the plan for its updates (pongtools/launch.py says how);
 # an open-ended job (--updates 0) on a cluster needs it.
 MAX_HOURS ?=
 # A folder under job/: what Ray ships and runs.
@@ -57,9 +57,10 @@ PYTHON ?= python3
 # Dashboard (Jobs API) address of the cluster that jobs go to. 8265 is both the local
 # head (make local-up) and a cloud head forwarded by `make dashboard`.
 RAY_ADDRESS ?= http://127.0.0.1:8265
-# Where `make submit` records the latest submission id; ID defaults to it.
-LAST_JOB_FILE ?= .last-job
-ID ?= $(shell cat $(LAST_JOB_FILE) 2>/dev/null)
+# Where `make submit` records the latest submission id (empty: .last-job here, pongtools.submit's default);
+# logs, status and stop-job take the id recorded there unless ID is given.
+LAST_JOB_FILE ?=
+ID ?=
 # Trainer arguments for `make demo`: small enough to finish in well under a minute.
 DEMO_ARGS ?= --batch-size 4 --updates 2
 # The dashboard of the local head that cluster/local-ray.sh starts (Ray's default port).
@@ -97,7 +98,8 @@ BIN := $(abspath $(VENV))/bin
 # The venv is filled in layers, each from its lock (requirements*.txt, written by
 # `make lock` from the .in file of the same name). A layer's stamp is touched after its
 # install and made again when its lock changes, so each target installs only what it needs:
-#   INSTALLED  the job's runtime (requirements.txt): every target that runs Ray or the job
+#   INSTALLED  the job's runtime (requirements.txt), then this project's packages pgpong and pongtools with
+#              their commands (pong-run, pong-submit, pong-jobs), editable (pyproject.toml says why): every target
 #   TOOLS      + matplotlib and Pillow (requirements-tools.txt): make plot, make play
 #   TESTS      + pytest, moto, ruff (requirements-test.txt): make test, make lint
 INSTALLED := $(VENV)/.installed
@@ -122,11 +124,11 @@ SIZE_NODES = $(if $(filter command line,$(origin NODES)),$(NODES))
 SIZE_TYPE = $(if $(filter command line,$(origin TYPE)),$(TYPE))
 LAUNCH = $(if $(filter-out 0,$(SPOT))$(MIN_WORKERS)$(AUTODOWN)$(MAX_NODE_HOURS)$(IMAGE)$(SIZE_NODES)$(SIZE_TYPE),$(VARIANT_DIR)/$(basename $(notdir $(CLUSTER)))-spot$(SPOT)$(if $(MIN_WORKERS),-min$(MIN_WORKERS))$(if $(AUTODOWN),-autodown$(AUTODOWN))$(if $(MAX_NODE_HOURS),-hours$(MAX_NODE_HOURS))$(if $(IMAGE),-pull)$(if $(SIZE_NODES),-n$(SIZE_NODES))$(if $(SIZE_TYPE),-$(SIZE_TYPE)).yaml,$(CLUSTER))
 # How every tool target runs its tool, $(PONGTOOLS).<tool>: a module of the tools package job/tools/pongtools
-# (never shipped), which imports the job's package pgpong (job/pong).
-PONGTOOLS = PYTHONPATH=job/pong:job/tools python -m pongtools
-# How logs, status, list, stop-job, capacity and release talk to the cluster's Jobs API: job/jobs.py, which says each
-# mistake (no cluster, the token, an unknown ID) in one line where Ray's CLI prints a traceback.
-JOBS_API = RAY_ADDRESS=$(RAY_ADDRESS) LAST_JOB_FILE=$(LAST_JOB_FILE) python job/jobs.py
+# (never shipped), which imports the job's package pgpong (job/pong); both installed by `make setup`.
+PONGTOOLS = python -m pongtools
+# How logs, status, list, stop-job, capacity and release talk to the cluster's Jobs API: pong-jobs (pongtools.jobs),
+# which says each mistake (no cluster, the token, an unknown ID) in one line where Ray's CLI prints a traceback.
+JOBS_API = RAY_ADDRESS=$(RAY_ADDRESS) LAST_JOB_FILE=$(LAST_JOB_FILE) pong-jobs
 
 # Every command below finds the venv's python and ray first, talks to clusters with
 # token authentication, and gets the thread presets (infra/threads.env is KEY=VALUE).
@@ -136,10 +138,6 @@ include infra/threads.env
 export $(shell sed -n 's/^\([A-Z_][A-Z0-9_]*\)=.*/\1/p' infra/threads.env)
 
 # One-line checks shared by several targets.
-define need-id
-if [[ -z "$(ID)" ]]; then \
-  echo "make: no submission recorded in $(LAST_JOB_FILE); run \`make submit\` first or pass ID=<submission id>" >&2; exit 1; fi
-endef
 define need-cluster-file
 if [[ ! -f "$(CLUSTER)" ]]; then \
   echo "make: cluster config $(CLUSTER) does not exist; pass CLUSTER=<file.yaml>" >&2; exit 1; fi
@@ -147,7 +145,7 @@ endef
 # Checks CLUSTER and the choices (a mistake: one line, exit 2, nothing written), writes the launched copy if
 # any choice asks for one, and prints variant's line: what is launched, its autodown and backstop.
 define write-variant
-PYTHONPATH=job/pong $(BIN)/python cluster/variant.py "$(CLUSTER)" --spot "$(SPOT)" $(if $(MIN_WORKERS),--min-workers "$(MIN_WORKERS)") $(if $(AUTODOWN),--autodown "$(AUTODOWN)") $(if $(MAX_NODE_HOURS),--max-node-hours "$(MAX_NODE_HOURS)") $(if $(IMAGE),--image "$(IMAGE)") $(if $(SIZE_NODES),--nodes "$(SIZE_NODES)") $(if $(SIZE_TYPE),--instance-type "$(SIZE_TYPE)") $(if $(filter-out $(CLUSTER),$(LAUNCH)),--out "$(LAUNCH)")
+$(BIN)/python cluster/variant.py "$(CLUSTER)" --spot "$(SPOT)" $(if $(MIN_WORKERS),--min-workers "$(MIN_WORKERS)") $(if $(AUTODOWN),--autodown "$(AUTODOWN)") $(if $(MAX_NODE_HOURS),--max-node-hours "$(MAX_NODE_HOURS)") $(if $(IMAGE),--image "$(IMAGE)") $(if $(SIZE_NODES),--nodes "$(SIZE_NODES)") $(if $(SIZE_TYPE),--instance-type "$(SIZE_TYPE)") $(if $(filter-out $(CLUSTER),$(LAUNCH)),--out "$(LAUNCH)")
 endef
 define say-image
 echo "image path=$(if $(IMAGE),pull image=$(IMAGE) from=$(if $(filter file,$(origin IMAGE)),$(PUSHED_IMAGE_FILE),IMAGE),build image=$(shell sed -n 's/^IMAGE=//p' infra/image.env) on=every_node)"
@@ -162,7 +160,7 @@ endef
 define make-token
 $(BIN)/ray get-auth-token --generate >/dev/null && echo "token: ~/.ray/auth_token (keep it secret: it opens the cluster's Jobs API)"
 endef
-# `make run`'s command line for job/launch.py, which checks it all (--check) before anything is written.
+# `make run`'s command line for pong-run (pongtools.launch), which checks it all (--check) before anything is written.
 LAUNCH_ARGS = --down-cluster $(CLUSTER) --job $(JOB) $(if $(OUT),--out "$(OUT)") --keep "$(KEEP)" \
   $(if $(MAX_HOURS),--max-hours "$(MAX_HOURS)")
 define need-job
@@ -198,8 +196,9 @@ $(UV): requirements-uv.txt
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check --require-hashes -r requirements-uv.txt
 	@touch $@
 
-$(INSTALLED): requirements.txt $(UV)
+$(INSTALLED): requirements.txt pyproject.toml $(UV)
 	$(UV_INSTALL) -r requirements.txt
+	$(UV) pip install --quiet --no-deps --no-build-isolation --compile-bytecode --python $(VENV)/bin/python --editable .
 	@touch $@
 
 $(TOOLS): requirements-tools.txt $(INSTALLED)
@@ -226,7 +225,7 @@ lint: $(TESTS) ## Check formatting and lint with ruff (settings in pyproject.tom
 demo: $(INSTALLED) ## Start the local cluster, submit a small pong run, follow it to the end
 	@$(MAKE) local-up
 	@log="$$(mktemp)"; trap 'rm -f "$$log"' EXIT; rc=0; \
-	RAY_ADDRESS=$(LOCAL_ADDRESS) LAST_JOB_FILE=$(LAST_JOB_FILE) python job/submit.py --wait pong -- $(DEMO_ARGS) | tee "$$log" || rc=$$?; \
+	RAY_ADDRESS=$(LOCAL_ADDRESS) LAST_JOB_FILE=$(LAST_JOB_FILE) pong-submit --wait pong -- $(DEMO_ARGS) | tee "$$log" || rc=$$?; \
 	echo "demo: the local Ray cluster is still running (dashboard $(LOCAL_ADDRESS)); stop it with: make local-down"; \
 	if [[ $$rc != 0 ]]; then echo "demo: the job did not succeed; its logs are above" >&2; exit 1; fi; \
 	if ! grep -q '^done ' "$$log"; then echo "demo: the job succeeded but printed no 'done' line" >&2; exit 1; fi
@@ -270,11 +269,11 @@ run: $(TOOLS) ## Up, submit JOB with ARGS (MAX_HOURS: its cap), follow, fetch th
 	@$(need-cluster-file)
 	@$(need-job)
 	@$(need-own-image)
-	@python job/launch.py --check --cluster $(CLUSTER) $(LAUNCH_ARGS) -- $(ARGS)
+	@LAST_JOB_FILE=$(LAST_JOB_FILE) pong-run --check --cluster $(CLUSTER) $(LAUNCH_ARGS) -- $(ARGS)
 	@$(write-variant)
 	@$(say-image)
 	@$(make-token)
-	@python job/launch.py --cluster $(LAUNCH) $(LAUNCH_ARGS) -- $(ARGS)
+	@LAST_JOB_FILE=$(LAST_JOB_FILE) pong-run --cluster $(LAUNCH) $(LAUNCH_ARGS) -- $(ARGS)
 
 .PHONY: dashboard
 dashboard: $(INSTALLED) ## Forward the cluster's dashboard to 127.0.0.1:8265 (keep it running)
@@ -299,14 +298,14 @@ image-push: ## Push the built image to REGISTRY (host:port[/path]) once; prints 
 .PHONY: iam
 iam: $(INSTALLED) ## Make or find the head's and workers' IAM roles and instance profiles CLUSTER names (BUCKET=: S3 run bucket)
 	@$(need-cluster-file)
-	@PYTHONPATH=job/pong $(BIN)/python infra/iam.py $(CLUSTER) $(if $(BUCKET),--bucket "$(BUCKET)")
+	@$(BIN)/python infra/iam.py $(CLUSTER) $(if $(BUCKET),--bucket "$(BUCKET)")
 
 .PHONY: preflight
 preflight: $(INSTALLED) ## Check CLUSTER (SPOT, MIN_WORKERS as for up) against your AWS account: credentials, quota, zones, AMI, key pair, cost
 	@$(need-cluster-file)
 	@$(need-own-image)
 	@$(write-variant)
-	@PYTHONPATH=job/pong $(BIN)/python infra/preflight.py "$(LAUNCH)" --full "$(CLUSTER)"
+	@$(BIN)/python infra/preflight.py "$(LAUNCH)" --full "$(CLUSTER)"
 
 .PHONY: token
 token: $(INSTALLED) ## Create the cluster token ~/.ray/auth_token unless it exists (ray up copies it to every node)
@@ -320,15 +319,15 @@ docker-engine: ## Install Docker, debootstrap, sshd (not started), ssh, rsync if
 
 .PHONY: submit
 submit: $(INSTALLED) ## Submit job/JOB with ARGS (MAX_HOURS: its time cap); prints its id and the commands to follow it
-	@RAY_ADDRESS=$(RAY_ADDRESS) LAST_JOB_FILE=$(LAST_JOB_FILE) python job/submit.py $(if $(MAX_HOURS),--max-hours "$(MAX_HOURS)") $(JOB) -- $(ARGS)
+	@RAY_ADDRESS=$(RAY_ADDRESS) LAST_JOB_FILE=$(LAST_JOB_FILE) pong-submit $(if $(MAX_HOURS),--max-hours "$(MAX_HOURS)") $(JOB) -- $(ARGS)
 
 .PHONY: logs
 logs: $(INSTALLED) ## Follow the logs of the latest submission (or ID=...) until it ends
-	@$(need-id); $(JOBS_API) logs $(ID)
+	@$(JOBS_API) logs $(ID)
 
 .PHONY: status
 status: $(INSTALLED) ## Show the status of the latest submission (or ID=...)
-	@$(need-id); $(JOBS_API) status $(ID)
+	@$(JOBS_API) status $(ID)
 
 .PHONY: list
 list: $(INSTALLED) ## List every job the cluster knows
@@ -336,7 +335,7 @@ list: $(INSTALLED) ## List every job the cluster knows
 
 .PHONY: stop-job
 stop-job: $(INSTALLED) ## Stop the latest submission (or ID=...)
-	@$(need-id); $(JOBS_API) stop-job $(ID)
+	@$(JOBS_API) stop-job $(ID)
 
 .PHONY: capacity
 capacity: $(INSTALLED) ## Show the CPUs the cluster's autoscaler is asked for (a run's request_resources)
@@ -408,7 +407,7 @@ compare: $(INSTALLED) ## Running reward of the run dirs RUNS at AT episodes (ARG
 # cog (cogapp) runs the Python in a Markdown comment beside each sample and writes its output below it
 # (docs/development.md#the-docs); pongtools.samples holds what those comments call.
 DOCS_PAGES = README.md $(wildcard docs/*.md)
-COG = PYTHONPATH=job/pong:job/tools cog -p "from pongtools.samples import judge_tables, line_of, saved, shell, span, table"
+COG = cog -p "from pongtools.samples import judge_tables, line_of, saved, shell, span, table"
 # `make docs` rewrites the pages (-r); tests/test_docs.py runs it with COG_ACTION=--check, which fails on a stale one.
 COG_ACTION ?= -r
 

@@ -9,8 +9,8 @@ MAX_NODE_HOURS, IMAGE, NODES=N or TYPE=T.
     make up IMAGE=127.0.0.1:5000/pong-on-ray:ray2.60.0-py311   # every node pulls the image `make image-push` pushed
     make up NODES=2 TYPE=c5.4xlarge # 2 nodes of 8 cores (EC2's DefaultCores of c5.4xlarge): fits 32 vCPUs
     make preflight SPOT=1           # checks the same copy: spot quota, spot price in each zone
-    PYTHONPATH=job/pong .venv/bin/python cluster/variant.py cluster/aws.yaml --spot 1 --out /tmp/aws-spot.yaml
-    PYTHONPATH=job/pong .venv/bin/python cluster/variant.py cluster/aws.yaml   # no --out: checks it, writes nothing
+    .venv/bin/python cluster/variant.py cluster/aws.yaml --spot 1 --out /tmp/aws-spot.yaml
+    .venv/bin/python cluster/variant.py cluster/aws.yaml   # no --out: checks it, writes nothing
 
 The YAML stays the one source of every choice: it holds an on-demand worker type
 (ray.worker.default, with the workers) and spot ones (ray.worker.spot and its kin, whose node_config
@@ -44,8 +44,9 @@ import sys
 from pathlib import Path
 
 import yaml
-from pgpong.cli import Parser, at_least, checked, fail, non_negative, positive  # job/pong on PYTHONPATH (Makefile)
+from pgpong.cli import Parser, UserError, at_least, checked, non_negative, positive, run
 from pgpong.logline import kv
+from pongtools.clusterfile import AUTODOWN, autodown_minutes, ray_refusal
 
 
 class Expanded(yaml.SafeDumper):
@@ -191,10 +192,11 @@ def sized(config, nodes=None, types=None, cores=None):
 # How the head starts the watcher: in the background, out of the launcher's SSH session, a watcher
 # from an earlier `ray up` stopped first; its lines go to the head's Ray log folder
 # (/tmp/ray/session_latest/logs/autodown.log in its container), where `make status` and `ray logs` find them.
-AUTODOWN = "infra/autodown.py"
 AUTODOWN_COMMAND = (
     "kill $(cat /tmp/ray/autodown.pid 2>/dev/null) 2>/dev/null; mkdir -p /tmp/ray;"
-    " (setsid nohup python /tmp/pong-build/infra/autodown.py --idle-minutes {minutes}"
+    " (PYTHONPATH=/tmp/pong-build/job/pong:/tmp/pong-build/job/tools setsid nohup python"
+    " /tmp/pong-build/infra/autodown.py"
+    " --idle-minutes {minutes}"
     " >> /tmp/ray/session_latest/logs/autodown.log 2>&1 < /dev/null & echo $! > /tmp/ray/autodown.pid)"
 )
 
@@ -212,14 +214,6 @@ def autodown_arg(text):
     if 0 < value < AUTODOWN_LEAST_MINUTES:
         raise ValueError(text)
     return value
-
-
-def autodown_minutes(config):
-    """The --idle-minutes of the watcher that config's head starts (0: caps only), or None when it starts none."""
-    for command in config.get("head_start_ray_commands", []):
-        if AUTODOWN in command:
-            return float(command.split("--idle-minutes", 1)[1].split()[0])
-    return None
 
 
 def with_autodown(config, minutes):
@@ -358,28 +352,6 @@ def read_cluster(path):
     return config
 
 
-def ray_refusal(config):
-    """What Ray's launcher says against a cluster config (a dict), in one line, or None when it takes it: its own
-    validator, the first thing `ray up` runs (where a refusal is a traceback), with its output kept quiet."""
-    import contextlib
-    import io
-    import logging
-
-    from ray.autoscaler._private.util import prepare_config, validate_config
-
-    quiet = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
-            logging.disable(logging.CRITICAL)
-            validate_config(prepare_config(copy.deepcopy(config)))
-    except Exception as e:  # noqa: BLE001 (whatever Ray's validator raises, the config is what it refuses)
-        said = (str(e).strip().splitlines() or [""])[0].strip("'")
-        return f"{type(e).__name__}: {said}"
-    finally:
-        logging.disable(logging.NOTSET)
-    return None
-
-
 class AwsError(Exception):
     """EC2 could not be asked (no credentials, no network, a refusal): a failure, exit 1."""
 
@@ -446,14 +418,16 @@ def main(argv=None):
         if a.image:
             made = with_image(made, a.image)
     except (OSError, yaml.YAMLError, AttributeError, UnicodeDecodeError) as error:
-        fail(f"cannot read the cluster config {a.cluster} ({error.__class__.__name__}); pass CLUSTER=<file.yaml>")
+        raise UserError(
+            f"cannot read the cluster config {a.cluster} ({error.__class__.__name__}); pass CLUSTER=<file.yaml>"
+        ) from None
     except TypeMistake as error:
-        fail(str(error))
+        raise UserError(str(error)) from None
     except ValueError as error:
-        fail(f"{a.cluster} {error}")
-    except AwsError as error:
+        raise UserError(f"{a.cluster} {error}") from None
+    except AwsError as error:  # a failure, not a mistake: one line, exit 1
         print(f"variant: {error}", file=sys.stderr)
-        sys.exit(1)
+        return 1
     if a.out:
         write(made, a)
     report(made, node_type, size, a)
@@ -504,5 +478,10 @@ def report(made, node_type, size, a):
     )
 
 
+def entry():
+    """`python cluster/variant.py` (make up, make run, make preflight): main under the one exit contract."""
+    run(main)
+
+
 if __name__ == "__main__":
-    main()
+    entry()

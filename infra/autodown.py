@@ -52,25 +52,27 @@ restarting, say), bad_answer. Its lines are key=value, in the head's Ray log fol
     autodown terminate kind=workers instances=10
     autodown terminate kind=head instances=1
 
-A mistake in its flags or the launcher's config is one line and exit 2, before it watches. A teardown that
-fails before it stopped anything is tried again a minute later; after Ray was stopped, exit 1.
-Stdlib only, but for Ray's token loader and boto3 on AWS (the image has both): it runs with the head's Python,
-without the job's package, so its one-line parser errors are its own (the same words as pgpong/cli.py's).
+A mistake in its flags or the launcher's config is one line and exit 2, before it watches (pgpong.cli's
+contract, as every program here). A teardown that fails before it stopped anything is tried again a minute
+later; after Ray was stopped, exit 1. Stdlib only, but for Ray's token loader and boto3 on AWS (the image has
+both), pgpong's cli and pongtools' clusterfile (the one reader of the dashboard's port), whose packages the
+YAMLs' file_mounts copy to /tmp/pong-build/job/pong and /tmp/pong-build/job/tools, on the command's PYTHONPATH.
 """
 
 import argparse
 import json
 import math
 import os
-import re
-import shlex
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
+
+from pgpong import cli, logline
+from pgpong.logline import kv
+from pongtools.clusterfile import dashboard_port
 
 ACTIVE = {"PENDING", "RUNNING"}
 CONFIG = "~/ray_bootstrap_config.yaml"
@@ -90,17 +92,15 @@ REFUSED = {"UnauthorizedOperation", "AccessDenied", "AccessDeniedException"}
 
 
 def say(what, **fields):
-    words = []
-    for key, value in fields.items():
-        text = " ".join(str(value).split())  # one line, whatever the value held
-        words.append(f"{key}={shlex.quote(text)}")  # quoted only where the shell would need it
-    print(" ".join(["autodown", what, *words]), flush=True)
+    """One `autodown <what> key=value ...` line (pgpong.logline.kv), each text value folded onto one line: a
+    refusal's detail can hold AWS's newlines."""
+    one_line = {k: " ".join(v.split()) if isinstance(v, str) else v for k, v in fields.items()}
+    print(kv("autodown", what, **one_line), flush=True)
 
 
 def fields(line):
     """A line of say's back as {"what": ..., key: value}."""
-    words = shlex.split(line)
-    return {"what": words[1], **dict(word.split("=", 1) for word in words[2:])}
+    return {"what": line.split()[1], **logline.fields(line)}
 
 
 class CannotSee(Exception):
@@ -390,34 +390,21 @@ class Teardown:
 
 
 def dashboard_address(config):
-    """The head's Jobs API as the launcher's config starts it: --dashboard-port of its `ray start`, else Ray's
-    8265, on the head's loopback (both YAMLs keep the dashboard there)."""
-    commands = config.get("head_start_ray_commands")
-    found = re.search(r"--dashboard-port[= ](\d+)", " ".join(map(str, commands if isinstance(commands, list) else [])))
-    return f"http://127.0.0.1:{found.group(1) if found else 8265}"
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse, its errors on one line (pgpong/cli.py's words: the head runs this without the job's package)."""
-
-    def error(self, message):
-        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
-        sys.exit(2)
+    """The head's Jobs API as the launcher's config starts it (pongtools.clusterfile), on the head's loopback
+    (both YAMLs keep the dashboard there)."""
+    return f"http://127.0.0.1:{dashboard_port(config)}"
 
 
 def number(minimum, wanted):
     """An argparse type: a finite number >= minimum, its error saying what was wanted."""
 
-    def parse(text):
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
+    def at_least(text):
+        value = float(text)
         if not (value >= minimum and math.isfinite(value)):
-            raise argparse.ArgumentTypeError(f"must be {wanted}, not {text!r}")
+            raise ValueError(text)
         return value
 
-    return parse
+    return cli.checked(at_least, wanted)
 
 
 def address(text):
@@ -440,7 +427,7 @@ def read_config(path):
 
 
 def main(argv=None):
-    parser = Parser(prog="autodown", description=__doc__.splitlines()[0])
+    parser = cli.Parser(prog="autodown", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--idle-minutes",
         type=number(0, "a number of minutes >= 0"),
@@ -464,9 +451,14 @@ def main(argv=None):
         config = read_config(os.path.expanduser(a.config)) if needs_config else {}
         teardown = Teardown(config, a.down_command, a.stop_command) if a.idle_minutes else None
     except ValueError as error:
-        parser.exit(2, f"autodown: {error}\n")
-    sys.exit(watch(a.address or dashboard_address(config), a.idle_minutes, a.poll_s, teardown))
+        raise cli.UserError(str(error)) from None
+    return watch(a.address or dashboard_address(config), a.idle_minutes, a.poll_s, teardown)
+
+
+def entry():
+    """`python infra/autodown.py`: main under the one exit contract (pgpong.cli.run)."""
+    cli.run(main, "autodown")
 
 
 if __name__ == "__main__":
-    main()
+    entry()

@@ -3,8 +3,8 @@ nodes use; run it once per account, and again after editing a policy file (it is
 
     make iam                                   # CLUSTER=cluster/aws.yaml
     make iam BUCKET=my-runs                    # the head may also read and write s3://my-runs (an S3 --run-dir)
-    PYTHONPATH=job/pong .venv/bin/python infra/iam.py cluster/aws.yaml --bucket my-runs    # the same, by hand
-    PYTHONPATH=job/pong .venv/bin/python infra/iam.py cluster/aws.yaml --table             # the policies, no AWS
+    .venv/bin/python infra/iam.py cluster/aws.yaml --bucket my-runs    # the same, by hand
+    .venv/bin/python infra/iam.py cluster/aws.yaml --table             # the policies, no AWS
 
 The names come from the YAML: the head's node_config names the head's profile (IamInstanceProfile: {Name:
 ...}), the workers' node_configs the worker's; each role is named as its profile. The rights come from the
@@ -33,11 +33,11 @@ and exit 2. `make preflight` checks that the profiles exist and their roles hold
 
 import json
 import string
-import sys
 from pathlib import Path
 
 import yaml
-from pgpong import cli  # the one CLI helper: one-line mistakes, exit 2 (job/pong on PYTHONPATH, as make iam sets)
+from pgpong import cli  # the one CLI helper: one-line mistakes, exit 2 (installed by make setup)
+from pgpong.cli import UserError
 from pgpong.logline import kv  # the one key=value formatter
 
 POLICIES = Path(__file__).with_name("iam")
@@ -45,10 +45,6 @@ SSM_IMAGE = "resolve:ssm:"  # an ImageId that EC2 resolves at launch from this S
 # The statement that lets the head launch from a resolve:ssm: ImageId; left out when ImageId is an ami-.
 IMAGE_STATEMENT = "ResolveImageParameter"
 MADE_BY = "infra/iam.py"
-
-
-class UserError(Exception):
-    """A mistake the user can fix; printed as one line, never as a traceback."""
 
 
 class Cluster:
@@ -261,10 +257,7 @@ def main(argv=None):
     parser.add_argument("--bucket", help="an S3 bucket the head may list, read, write and delete in (a --run-dir)")
     parser.add_argument("--table", action="store_true", help="print the policies as a Markdown table; no AWS")
     args = parser.parse_args(argv)
-    try:
-        cluster = load(args.cluster)
-    except UserError as error:
-        cli.fail(str(error), prog="iam")
+    cluster = load(args.cluster)
     if args.table:
         print(table(cluster))
         return 0
@@ -275,16 +268,20 @@ def main(argv=None):
     try:
         make(boto3.session.Session(region_name=cluster.region), cluster, args.bucket)
     except NoCredentialsError:
-        cli.fail("no AWS credentials: run `aws configure`, or set AWS_PROFILE", prog="iam")
+        raise UserError("no AWS credentials: run `aws configure`, or set AWS_PROFILE") from None
     except ClientError as error:
         details = error.response.get("Error", {})
-        cli.fail(
+        raise UserError(
             f"AWS refused {error.operation_name} ({details.get('Code')}: {details.get('Message')}); run make iam "
-            "as an identity that may manage IAM roles and instance profiles (docs/aws.md, First run)",
-            prog="iam",
-        )
+            "as an identity that may manage IAM roles and instance profiles (docs/aws.md, First run)"
+        ) from None
     return 0
 
 
+def entry():
+    """`python infra/iam.py` (make iam): main under the one exit contract (pgpong.cli.run)."""
+    cli.run(main, "iam")
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -2,7 +2,7 @@
 
     make preflight                                          # CLUSTER=cluster/aws.yaml
     make preflight NODES=2 TYPE=c5.4xlarge                  # the copy `make up` launches of that size
-    PYTHONPATH=job/pong .venv/bin/python infra/preflight.py cluster/aws.yaml    # the same, by hand
+    .venv/bin/python infra/preflight.py cluster/aws.yaml    # the same, by hand
 
 Reads the YAML as `ray up` does (Ray's defaults filled in, Ray's validator run) and asks
 AWS, with read-only calls, whether `ray up` can get what the YAML asks for:
@@ -50,7 +50,6 @@ import io
 import logging
 import os
 import re
-import sys
 from pathlib import Path
 
 import boto3
@@ -58,7 +57,8 @@ import iam as iam_setup  # infra/iam.py, beside this file: the policies `make ia
 import yaml
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
-from pgpong import cli  # the one CLI helper: one-line mistakes, exit 2 (job/pong on PYTHONPATH, as make preflight sets)
+from pgpong import cli  # the one CLI helper: one-line mistakes, exit 2 (installed by make setup)
+from pgpong.cli import UserError
 from pgpong.logline import kv  # the one key=value formatter
 
 # Hourly on-demand prices, with their source: the file `make plan` reads too.
@@ -75,10 +75,6 @@ QUOTAS = {
 QUOTA_CONSOLE = "https://console.aws.amazon.com/servicequotas/home/services/ec2/quotas"
 # Few retries: a check that cannot get an answer should say so, not hang.
 AWS_CALLS = Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=10, read_timeout=30)
-
-
-class UserError(Exception):
-    """A mistake the user can fix; printed as one line, never as a traceback."""
 
 
 class Report:
@@ -595,7 +591,7 @@ def check_instance_profiles(report, session, config, path):
     try:  # the statements make iam gives each profile's role, when the YAML names profiles as it expects
         account = session.client("sts", config=AWS_CALLS).get_caller_identity()["Account"]
         wanted = iam_setup.policies(iam_setup.Cluster(config, path), account)
-    except iam_setup.UserError:
+    except UserError:
         wanted = {}
     for node_type, profile in sorted(named.items()):
         fields = dict(node_type=node_type, profile=profile)
@@ -799,11 +795,8 @@ def main(argv=None):
         "--full", help="the cluster YAML whose own size the printed quota request is for (default: the one checked)"
     )
     args = parser.parse_args(argv)
-    try:
-        config = load_cluster(args.cluster)
-        full = load_cluster(args.full) if args.full else None
-    except UserError as error:
-        cli.fail(str(error), prog="preflight")
+    config = load_cluster(args.cluster)
+    full = load_cluster(args.full) if args.full else None
     report = Report()
     run_checks(report, config, args.cluster, full)
     print(
@@ -818,5 +811,10 @@ def main(argv=None):
     return 1 if report.failed else 0
 
 
+def entry():
+    """`python infra/preflight.py` (make preflight): main under the one exit contract (pgpong.cli.run)."""
+    cli.run(main, "preflight")
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from harness import REPO, TOOLS_PATH, clean_env, fields, only, run, tools_env
+from harness import REPO, clean_env, fields, only, run
 from harness.runs import trainer_env
 from pgpong.run import AGENT_FILE, Run
 from pongtools import compare, judge
@@ -118,7 +118,7 @@ def test_the_verdict_needs_a_mean_above_0_and_enough_seeds_above_0():
 
 
 def test_ship_refuses_a_run_without_checkpoints(tmp_path):
-    proc = run(["python", "-m", "pongtools.ship", str(tmp_path)], tools_env(), timeout=60)
+    proc = run(["python", "-m", "pongtools.ship", str(tmp_path)], clean_env(), timeout=60)
     assert proc.returncode == 2 and "holds no checkpoint" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
@@ -127,7 +127,7 @@ def test_ship_metrics_only_keeps_what_a_comparison_reads_and_no_weights(tiny_run
     """A run kept to compare (learning_rates.json's runs) needs its config and metrics, not 2.4 MB of
     weights: --metrics-only writes run.json instead, and compare reads the run as it reads the trainer's."""
     out = tmp_path / "lean"
-    proc = run(["python", "-m", "pongtools.ship", str(tiny_run[1]), "--metrics-only", "--out", str(out)], tools_env())
+    proc = run(["python", "-m", "pongtools.ship", str(tiny_run[1]), "--metrics-only", "--out", str(out)], clean_env())
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in out.iterdir()) == ["metrics.jsonl.gz", "run.json"]
     [line] = map(fields, only(proc.stdout, "ship "))
@@ -136,7 +136,7 @@ def test_ship_metrics_only_keeps_what_a_comparison_reads_and_no_weights(tiny_run
     assert lean.config() == (original.config()[0], "config of run.json")
     assert lean.metrics() == original.metrics()
     assert compare.summary(lean, [2]) == compare.summary(original, [2]) | {"run": "lean"}
-    played = run(["python", "-m", "pongtools.play", str(out), "--games", "1"], tools_env(), timeout=60)
+    played = run(["python", "-m", "pongtools.play", str(out), "--games", "1"], clean_env(), timeout=60)
     assert played.returncode == 2 and "without weights" in played.stderr and "nothing to play" in played.stderr
     assert len(played.stderr.strip().splitlines()) == 1, played.stderr
 
@@ -217,4 +217,4 @@ def test_a_bad_sweep_setting_is_one_line_and_exit_2():
 
 def run_cli_module(module, *args):
     """python -m <module> ARGS with the tools on the path, unbuffered, on the suite's Ray head."""
-    return run(["python", "-m", module, *args], trainer_env(PYTHONPATH=TOOLS_PATH), timeout=600)
+    return run(["python", "-m", module, *args], trainer_env(), timeout=600)

@@ -37,7 +37,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from harness import JOB_DIR, REPO, clean_env, fields, run
+from harness import REPO, clean_env, fields, run
 from harness.aws import (
     AWS_YAML,
     ON_DEMAND_QUOTA,
@@ -104,7 +104,7 @@ def make_preflight(tmp_path, *variables):
 def preflight(env, cluster=AWS_YAML):
     result = subprocess.run(
         [sys.executable, str(PREFLIGHT), str(cluster)],
-        env=dict(env, PYTHONPATH=str(JOB_DIR)),  # as make preflight runs it: pgpong's key=value lines
+        env=env,
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -328,7 +328,7 @@ def write_variant(tmp_path, *args):
     out = tmp_path / "aws-variant.yaml"
     made = run(
         [sys.executable, str(VARIANT), str(AWS_YAML), *args, "--out", str(out)],
-        clean_env(PYTHONPATH=str(JOB_DIR)),
+        clean_env(),
         timeout=60,
     )
     assert made.returncode == 0, made.stdout + made.stderr
@@ -659,7 +659,7 @@ def test_a_copy_of_the_default_size_is_cluster_aws_yaml(aws):
     out = aws.home / "copy.yaml"
     made = run(
         [sys.executable, str(VARIANT), str(AWS_YAML), "--nodes", "11", "--instance-type", "c5.9xlarge", "--out", out],
-        clean_env(PYTHONPATH=str(JOB_DIR)),
+        clean_env(),
         timeout=60,
     )
     assert made.returncode == 0, made.stdout + made.stderr
@@ -734,7 +734,7 @@ def test_a_size_ec2_does_not_know_is_one_line_and_nothing_written(aws, tmp_path,
     out = tmp_path / "copy.yaml"
     made = run(
         [sys.executable, str(VARIANT), str(AWS_YAML), *args, "--out", str(out)],
-        clean_env(PYTHONPATH=str(JOB_DIR)),
+        clean_env(),
         timeout=60,
     )
     assert (made.returncode, made.stdout) == (status, ""), made.stdout + made.stderr
@@ -743,7 +743,7 @@ def test_a_size_ec2_does_not_know_is_one_line_and_nothing_written(aws, tmp_path,
 
 
 def test_a_size_without_aws_credentials_fails_in_one_line(aws, tmp_path):
-    env = {k: v for k, v in clean_env(PYTHONPATH=str(JOB_DIR)).items() if not k.startswith("AWS_ACCESS_KEY")}
+    env = {k: v for k, v in clean_env().items() if not k.startswith("AWS_ACCESS_KEY")}
     out = tmp_path / "copy.yaml"
     made = run([sys.executable, str(VARIANT), str(AWS_YAML), "--instance-type", "c5.4xlarge", "--out", out], env)
     assert made.returncode == 1 and made.stdout == "", made.stdout + made.stderr

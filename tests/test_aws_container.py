@@ -30,20 +30,17 @@ import secrets
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
+from autodown import fields as autodown_fields  # infra/autodown.py (pytest's pythonpath)
 from harness import REPO, clean_env, read_env_file, run
 from harness.launched import dashboard_get
 from ray.autoscaler._private.command_runner import _with_interactive
 from ray.autoscaler._private.docker import docker_start_cmds, with_docker_exec
 from ray.autoscaler.sdk import get_docker_host_mount_location
-
-sys.path.insert(0, str(REPO / "infra"))
-from autodown import fields as autodown_fields  # noqa: E402  (infra/ is no package: the head runs it as a script)
 
 AWS_YAML = yaml.safe_load((REPO / "cluster" / "aws.yaml").read_text())
 CLUSTER_NAME = AWS_YAML["cluster_name"]

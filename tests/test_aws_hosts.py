@@ -35,7 +35,6 @@ import re
 import secrets
 import shutil
 import subprocess
-import sys
 import time
 from functools import partial
 from pathlib import Path
@@ -43,16 +42,13 @@ from shlex import quote
 
 import pytest
 import yaml
+from autodown import fields as autodown_fields  # infra/autodown.py (pytest's pythonpath)
 from harness import REPO, clean_env, fields, run
 from harness.hosts import LOGIN_UID
 from harness.launched import Launched, lan_of_hosts, lines_of, wait_until
 from harness.launcher import clear
 from ray.autoscaler.sdk import get_docker_host_mount_location
-
-sys.path.insert(0, str(REPO / "cluster"))
-sys.path.insert(0, str(REPO / "infra"))
-from autodown import fields as autodown_fields  # noqa: E402  (infra/ is no package)
-from variant import AUTODOWN_COMMAND, with_max_node_hours  # noqa: E402  (cluster/ is no package: `make up` runs it)
+from variant import AUTODOWN_COMMAND, with_max_node_hours  # cluster/variant.py (pytest's pythonpath)
 
 AWS_YAML_PATH = REPO / "cluster" / "aws.yaml"
 AWS_YAML = yaml.safe_load(AWS_YAML_PATH.read_text())

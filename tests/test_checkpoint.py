@@ -10,7 +10,7 @@ import zipfile
 
 import numpy as np
 import pytest
-from harness import JOB_DIR, REPO
+from harness import REPO
 from harness.runs import make_state
 from pgpong import checkpoint, policy
 from pgpong.run import Run
@@ -81,7 +81,6 @@ def writer(run_dir, then):
     return textwrap.dedent(f"""
         import os, resource, signal, sys
         import numpy as np
-        sys.path.insert(0, {str(JOB_DIR)!r})
         from pgpong import checkpoint, policy
         from pgpong.run import Run
         from pgpong.store import StoreError

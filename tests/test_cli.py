@@ -45,3 +45,90 @@ def test_a_bad_flag_to_any_tool_is_one_line_and_exit_2(target, needs, prog):
     said = [line for line in made.stderr.splitlines() if not line.startswith("make: ***")]
     assert said == [f"python -m {prog}: error: unrecognized arguments: --no-such-flag (see --help)"], made.stderr
     assert made.returncode == 2 and "] Error 2" in made.stderr
+
+
+# Every program, by the module whose main it runs: the laptop's tools (pongtools), the job's (pgpong), and the
+# scripts of cluster/ and infra/ (imported here as pytest's pythonpath gives them, pyproject.toml).
+PROGRAMS = [
+    *(f"pongtools.{name}" for name in ("launch", "submit", "jobs", "bench", "compare", "judge", "play", "plot")),
+    *(f"pongtools.{name}" for name in ("ship", "sweep", "samples", "plan.__main__")),
+    "pgpong.train",
+    "pgpong.capacity",
+    "variant",
+    "preflight",
+    "iam",
+    "autodown",
+]
+ENDINGS = {"mistake": (2, "UserError"), "failure": (1, "RuntimeError"), "interrupt": (130, "KeyboardInterrupt")}
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
+@pytest.mark.parametrize("module", PROGRAMS)
+def test_every_program_ends_by_the_one_exit_contract(module, ending, monkeypatch, capsys):
+    """Each program's entry (its console script or `__main__`) runs its main under pgpong.cli.run: a UserError
+    is its one line and 2, any other exception its traceback and 1, Ctrl-C 130."""
+    import importlib
+    import sys
+
+    from pgpong import cli
+
+    status, kind = ENDINGS[ending]
+    program = importlib.import_module(module)
+    raised = {"UserError": cli.UserError, "RuntimeError": RuntimeError, "KeyboardInterrupt": KeyboardInterrupt}[kind]
+
+    def main(argv=None):
+        raise raised("what went wrong")
+
+    monkeypatch.setattr(program, "main", main)
+    monkeypatch.setattr(sys, "argv", [module])
+    with pytest.raises(SystemExit) as ended:
+        program.entry()
+    assert ended.value.code == status, (module, ending)
+    err = capsys.readouterr().err
+    if ending == "mistake":
+        assert len(err.splitlines()) == 1 and err.endswith(": what went wrong\n"), err
+    elif ending == "failure":
+        assert "Traceback" in err and err.endswith("RuntimeError: what went wrong\n"), err
+    else:
+        assert "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("module", PROGRAMS)
+def test_every_program_runs_its_entry_as_main(module):
+    """`python -m pongtools.x` and `python cluster/variant.py` run entry(), the one wrapper, and nothing else."""
+    import ast
+    import importlib.util
+
+    source = importlib.util.find_spec(module).origin
+    tree = ast.parse(open(source).read())
+    mains = [n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)]
+    assert [ast.unparse(n) for n in mains] == ["if __name__ == '__main__':\n    entry()"], source
+
+
+def test_ctrl_c_is_130_without_a_traceback(tmp_path):
+    """A real SIGINT to a program under pgpong.cli.run (pong-jobs logs, following a cluster that never answers:
+    a TCP port that accepts and says nothing)."""
+    import os
+    import signal
+    import socket
+    import subprocess
+
+    from harness import VENV_BIN
+
+    (tmp_path / "last-job").write_text("pong-1\n")
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        env = clean_env(
+            RAY_ADDRESS=f"http://127.0.0.1:{silent.getsockname()[1]}", LAST_JOB_FILE=str(tmp_path / "last-job")
+        )
+        proc = subprocess.Popen(
+            [str(VENV_BIN / "pong-jobs"), "logs"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        silent.settimeout(120)
+        asked, _ = silent.accept()  # it has imported Ray and waits on the port: a fixed sleep raced the import
+        with asked:
+            os.kill(proc.pid, signal.SIGINT)
+            out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (proc.returncode, out, err)
+    assert err == "logs: interrupted; the job runs on (`make stop-job` stops it)\n", err

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from harness import JOB_DIR, REPO, THREADS, clean_env, fields, read_env_file, run
+from harness import REPO, THREADS, clean_env, fields, read_env_file, run
 from ray.autoscaler._private.util import prepare_config, validate_config
 from ray.autoscaler.sdk import get_docker_host_mount_location
 
@@ -147,7 +147,7 @@ def write_variant(tmp_path, *args, cluster="cluster/aws.yaml"):
     out = tmp_path / "variant.yaml"
     made = run(
         [sys.executable, str(REPO / "cluster" / "variant.py"), cluster, *args, "--out", str(out)],
-        clean_env(PYTHONPATH=str(JOB_DIR)),
+        clean_env(),
         timeout=60,
     )
     return made, (prepared(out) if made.returncode == 0 else None)
@@ -186,7 +186,6 @@ def autodown_commands(config):
 
 @pytest.mark.parametrize("path, minutes", [("aws.yaml", 20), ("local.yaml", 0)])
 def test_each_yaml_starts_autodown_on_the_head_after_ray_as_make_up_autodown_writes_it(path, minutes):
-    sys.path.insert(0, str(REPO / "cluster"))
     from variant import AUTODOWN_COMMAND
 
     config = prepared(REPO / "cluster" / path)
@@ -224,7 +223,7 @@ def test_local_yaml_takes_autodown_too(tmp_path):
             "--out",
             str(out),
         ],
-        clean_env(PYTHONPATH=str(JOB_DIR)),
+        clean_env(),
         timeout=60,
     )
     assert made.returncode == 0 and fields(made.stdout.strip())["autodown_minutes"] == "30", made.stdout + made.stderr
@@ -381,7 +380,7 @@ def test_without_out_variant_checks_the_yaml_and_prints_what_make_up_launches(tm
     path = REPO / "cluster" / cluster
     made = run(
         [sys.executable, str(REPO / "cluster" / "variant.py"), str(path), "--spot", "0"],
-        clean_env(PYTHONPATH=str(JOB_DIR)),
+        clean_env(),
         timeout=60,
         cwd=tmp_path,
     )
@@ -448,7 +447,6 @@ def test_an_image_variant_pulls_the_image_in_place_of_the_build(tmp_path, cluste
     ],
 )
 def test_image_names_are_checked_with_dockers_reference_grammar(image, accepted):
-    sys.path.insert(0, str(REPO / "cluster"))
     from variant import is_docker_reference
 
     assert is_docker_reference(image) is accepted

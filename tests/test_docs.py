@@ -35,7 +35,7 @@ import sys
 import tempfile
 
 import pytest
-from harness import JOB_DIR, REPO, THREADS, TOOLS_DIR, clean_env, fields
+from harness import JOB_DIR, REPO, THREADS, clean_env, fields
 from harness.cluster import ray_head
 from harness.runs import trainer_env
 
@@ -208,7 +208,7 @@ def run_tiny(env, train_stdout=None):
             "--textbook-episodes",
             "1",
         ],
-        env=dict(env, PYTHONPATH=f"{JOB_DIR}{os.pathsep}{TOOLS_DIR}"),
+        env=env,
         capture_output=True,
         text=True,
         timeout=600,
@@ -379,7 +379,6 @@ def test_every_saved_sample_log_line_has_exactly_the_fields_the_code_prints(expe
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(JOB_DIR))
     seen = set()
     for line in run_tiny(dict(os.environ, RAY_ADDRESS="local", PYTHONUNBUFFERED="1", **THREADS)):
         parsed = line_kind(line)

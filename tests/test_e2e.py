@@ -25,7 +25,7 @@ def test_pong_job_on_two_nodes(ray_cluster, tmp_path):
     for follow_up in (f"ray job logs {job_id} --follow", "make logs", "make stop-job"):
         assert follow_up in submitted.stdout, submitted.stdout
 
-    # `make logs` follows the recorded id (job/jobs.py, as `ray job logs --follow`); it returns when the job ends.
+    # `make logs` follows the recorded id (pongtools.jobs, as `ray job logs --follow`); it returns when the job ends.
     logs = run(["make", "logs"], env, timeout=JOB_TIMEOUT_S)
     assert logs.returncode == 0, logs.stdout + logs.stderr
     lines = logs.stdout.splitlines()

@@ -16,10 +16,8 @@ import subprocess
 import sys
 
 import pytest
+from check_image import read_lock  # infra/check_image.py (pytest's pythonpath)
 from harness import REPO, THREADS, missing, read_env_file
-
-sys.path.insert(0, str(REPO / "infra"))
-from check_image import read_lock  # noqa: E402
 
 BUILD_TIMEOUT_S = 1800
 
@@ -154,12 +152,12 @@ def image_id():
 def test_a_missing_component_skips_here_and_fails_under_ci(tmp_path):
     """harness.missing(): what the docker test calls when no engine answers."""
     (tmp_path / "test_needs_it.py").write_text(
-        f"import sys\nsys.path.insert(0, {str(REPO / 'tests')!r})\nfrom harness import missing\n\n\n"
-        "def test_needs_it():\n    missing('no such engine here')\n"
+        "from harness import missing\n\n\ndef test_needs_it():\n    missing('no such engine here')\n"
     )
     outcomes = {}
     for ci in ("", "true"):
         env = {k: v for k, v in os.environ.items() if k != "CI"} | ({"CI": ci} if ci else {})
+        env["PYTHONPATH"] = str(REPO / "tests")  # the harness, as the suite's pythonpath (pyproject.toml) gives it
         proc = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "test_needs_it.py"],
             cwd=tmp_path,

@@ -13,7 +13,7 @@ import re
 import socket
 
 import pytest
-from harness import run
+from harness import clean_env, run
 
 MISTAKES = ["wrong token", "no token", "no cluster", "no cluster, no token", "unknown job"]
 CASES = [
@@ -68,11 +68,22 @@ def error_line(result, target):
     assert "Traceback" not in said, said
     assert result.stdout == "", said
     lines = result.stderr.splitlines()
-    status = 2 if target == "submit" else 1  # submit.py exits 2 on a mistake, as pgpong/cli.py's programs do
-    make_line = rf"make: \*\*\* \[Makefile:\d+: {re.escape(target)}\] Error {status}"
+    make_line = rf"make: \*\*\* \[Makefile:\d+: {re.escape(target)}\] Error 2"  # a mistake: 2 (pgpong.cli)
     assert len(lines) == 2 and re.fullmatch(make_line, lines[1]), said
     assert lines[0].startswith(f"{target}: "), said
     return lines[0]
+
+
+@pytest.mark.parametrize("target", ["logs", "status", "stop-job"])
+def test_without_id_or_a_recorded_submission_the_target_says_so_in_one_line(tmp_path, target):
+    """ID defaults to the id LAST_JOB_FILE holds (pongtools.jobs reads it); with neither, one line, exit 2, and
+    no cluster is asked (RAY_ADDRESS names none)."""
+    env = clean_env(LAST_JOB_FILE=str(tmp_path / "never-written"), RAY_ADDRESS="http://127.0.0.1:9")
+    line = error_line(make(target, env), target)
+    assert line == (
+        f"{target}: no submission recorded in {tmp_path / 'never-written'}; run `make submit` first or pass "
+        "ID=<submission id>"
+    ), line
 
 
 @pytest.mark.slow  # needs the two-node cluster (about 10 s to start, once per session)

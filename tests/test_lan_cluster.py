@@ -38,28 +38,32 @@ import getpass
 import json
 import os
 import re
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 from harness import RAY, REPO, clean_env, fields, run
-from harness.launched import Launched, lan_of_hosts, lines_of, updater_seconds, updates_of, wait_until
+from harness.launched import (
+    CLUSTER_NAME,
+    COMMITTED,
+    CONTAINER,
+    LAUNCHER_TIMEOUT_S,
+    LOCAL_YAML,
+    TOKEN_MOUNT,
+    Launched,
+    lan_of_hosts,
+    lines_of,
+    updater_seconds,
+    updates_of,
+    wait_until,
+)
 from harness.launcher import clear, tail
 from harness.runs import assert_same_run, train_locally
 from ray.autoscaler.sdk import get_docker_host_mount_location
+from variant import AUTODOWN_COMMAND  # cluster/variant.py (pytest's pythonpath)
 
-sys.path.insert(0, str(REPO / "cluster"))
-from variant import AUTODOWN_COMMAND  # noqa: E402  (cluster/ is no package: `make up` runs variant.py)
-
-LOCAL_YAML = REPO / "cluster" / "local.yaml"
-COMMITTED = yaml.safe_load(LOCAL_YAML.read_text())
-CLUSTER_NAME = COMMITTED["cluster_name"]
-CONTAINER = COMMITTED["docker"]["container_name"]
-TOKEN_MOUNT = "~/.ray/auth_token"
 HOSTS = ["head", "worker1", "worker2"]
-LAUNCHER_TIMEOUT_S = 900
 JOIN_TIMEOUT_S = 600
 BACK_TIMEOUT_S = 300  # 69 s here, beside a training run
 BATCH = 6  # two CPUs on each of three hosts: one episode for each actor
@@ -132,7 +136,7 @@ def cluster(lan, tmp_path):
 def submit(cluster, run_dir, updates):
     """make submit JOB=pong with the default --workers auto; its submission id. run_dir may start with ~ (the
     container user's home): `--run-dir=` keeps the laptop's shell from expanding it. An open-ended job (updates
-    0) carries a time cap of an hour, which a head with an autodown watcher requires (job/submit.py)."""
+    0) carries a time cap of an hour, which a head with an autodown watcher requires (pongtools.submit)."""
     args = f"--batch-size {BATCH} --updates {updates} --seed 0 --run-dir={run_dir}"
     return cluster.submit(args, Path(run_dir).name, *(["MAX_HOURS=1"] if updates == 0 else []))
 

@@ -1,31 +1,21 @@
-"""`make run` (job/launch.py) where no cluster comes up: its mistakes are one line and exit 2 before
+"""`make run` (pongtools.launch) where no cluster comes up: its mistakes are one line and exit 2 before
 anything is launched or written (no token, no launched copy, no OUT, no .last-job), a `ray up` that fails
 still ends in `ray down` and exit 1, and Ctrl-C during `ray up` promises no autodown. The time cap's default
 from the plan, and what the end and Ctrl-C say of autodown. The whole way, on a real cluster in Docker:
 tests/test_local_docker.py."""
 
-import importlib.util
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 import yaml
 from harness import REPO, clean_env, fields, only, run
+from pongtools import clusterfile, launch
 
 # What a refused command may print: its one line, and make's own `*** [Makefile:N: run] Error 2`.
 MAKE_ERROR = "make: *** ["
-
-
-def launch_module():
-    """job/launch.py as a module (job/ is no package: `make run` runs it as a script)."""
-    sys.path.insert(0, str(REPO / "job"))
-    spec = importlib.util.spec_from_file_location("launch", REPO / "job" / "launch.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def said(made):
@@ -290,7 +280,7 @@ FAILED = "autodown failed action=terminate error=RequestLimitExceeded note=the_c
     ],
 )
 def test_what_the_end_and_ctrl_c_say_of_autodown(line, minutes, word, words):
-    state = launch_module().autodown_state(line, minutes)
+    state = launch.autodown_state(line, minutes)
     assert state[0] == word and words in state[1], state
     assert ("takes it down" in state[1]) == word.startswith("after_"), state  # a promise only where one holds
     if line and word in ("refused", "failed"):
@@ -298,10 +288,9 @@ def test_what_the_end_and_ctrl_c_say_of_autodown(line, minutes, word, words):
 
 
 def test_the_default_cap_comes_from_the_plan_for_the_clusters_size():
-    launch = launch_module()
     aws = yaml.safe_load((REPO / "cluster" / "aws.yaml").read_text())
     local = yaml.safe_load((REPO / "cluster" / "local.yaml").read_text())
-    assert launch.cluster_size(aws) == (11, 18) and launch.cluster_size(local) == (1, os.cpu_count())
+    assert clusterfile.size(aws) == (11, 18) and clusterfile.size(local) == (1, os.cpu_count())
     trainer = launch.trainer_config("pong", "pgpong", ["--updates", "60"])
     hours, why = launch.default_cap(trainer, 11, 18)
     more, _ = launch.default_cap(launch.trainer_config("pong", "pgpong", ["--updates", "600"]), 11, 18)

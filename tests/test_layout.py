@@ -5,6 +5,7 @@ fixtures and hooks)."""
 
 import ast
 import json
+import re
 import subprocess
 import zipfile
 
@@ -31,6 +32,23 @@ def test_the_top_level_is_cluster_job_infra_tests_docs_and_the_project_files():
     tops = {f.split("/", 1)[0] for f in tree()}
     strays = {t for t in tops - TOP_LEVEL if not t.startswith("requirements")}
     assert not strays, f"the top level holds only {sorted(TOP_LEVEL)} and the locks: move {sorted(strays)}"
+
+
+def test_job_holds_the_shipped_job_and_the_tools_package_only():
+    """What Ray ships is job/pong alone; the laptop's programs are modules of pongtools (job/tools), none a loose
+    script under job/."""
+    under_job = {f.split("/")[1] for f in tree() if f.startswith("job/")}
+    assert under_job == {"pong", "tools"}, f"job/ holds pong/ (the job) and tools/ (pongtools), not {sorted(under_job)}"
+
+
+def test_no_code_edits_the_import_path():
+    """pgpong and pongtools are installed (make setup; pyproject.toml), the tests' harness and the scripts they
+    import are on pytest's pythonpath (pyproject.toml): no sys.path edit anywhere, no PYTHONPATH in the Makefile."""
+    edit = re.compile(r"sys\.path\s*(\.(insert|append|extend)|\[|\+?=)")
+    edits = [f for f in tree() if f.endswith(".py") and edit.search((REPO / f).read_text())]
+    assert not edits, f"import installed packages instead of editing sys.path: {edits}"
+    makefile = (REPO / "Makefile").read_text()
+    assert "PYTHONPATH" not in makefile, "the Makefile runs the installed packages: no PYTHONPATH"
 
 
 def test_docs_hold_pages_pictures_and_saved_samples_only():

@@ -37,7 +37,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -45,7 +44,15 @@ from types import SimpleNamespace
 import pytest
 import yaml
 from harness import RAY, REPO, clean_env, fields, only, run
-from harness.launched import dashboard_get
+from harness.launched import (
+    CLUSTER_NAME,
+    COMMITTED,
+    CONTAINER,
+    LAUNCHER_TIMEOUT_S,
+    LOCAL_YAML,
+    TOKEN_MOUNT,
+    dashboard_get,
+)
 from harness.launcher import (
     SSH_OPTIONS,
     clear,
@@ -59,21 +66,13 @@ from harness.launcher import (
     with_descendants,
 )
 from harness.processes import PORT_ATTEMPTS, free_port, with_new_ports
+from variant import with_autodown  # cluster/variant.py (pytest's pythonpath)
 
-sys.path.insert(0, str(REPO / "cluster"))
-from variant import with_autodown  # noqa: E402  (cluster/ is no package: `make up` runs variant.py as a script)
-
-LOCAL_YAML = REPO / "cluster" / "local.yaml"
-COMMITTED = yaml.safe_load(LOCAL_YAML.read_text())
-CLUSTER_NAME = COMMITTED["cluster_name"]
-CONTAINER = COMMITTED["docker"]["container_name"]
-TOKEN_MOUNT = "~/.ray/auth_token"
 JOB_ARGS = "--batch-size 2 --updates 1"
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 # sshd refuses to start without its privilege separation folder; Debian's service
 # script makes it at boot, so a machine without an init system may lack it.
 PRIVSEP_DIR = Path("/run/sshd")
-LAUNCHER_TIMEOUT_S = 900
 JOB_TIMEOUT_S = 600
 
 SSHD_CONFIG = """\
@@ -507,7 +506,7 @@ def make_run(cluster, tmp_path, name, args, **popen):
 
 def timed_make_run(cluster, tmp_path, name, args):
     """`make run` as make_run does it, its stderr into its stdout, each line timed as it arrives: the finished
-    process, its stdout, and the seconds from the job's end (jobs.py's `job id=... status=` line, where following
+    process, its stdout, and the seconds from the job's end (pongtools.jobs' `job id=... status=` line, where following
     stops) to the agent here (`make_run step=down`, printed once pongtools.ship and plot are done)."""
     running = make_run(cluster, tmp_path, name, args, popen=True, stderr=subprocess.STDOUT)
     timed = [(time.monotonic(), text) for text in running.stdout]

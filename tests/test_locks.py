@@ -10,16 +10,13 @@ check uses), and need no network.
 
 import importlib.metadata
 import re
-import sys
 
 import pytest
+from check_image import read_lock  # infra/check_image.py (pytest's pythonpath)
 from harness import REPO
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
-
-sys.path.insert(0, str(REPO / "infra"))
-from check_image import read_lock  # noqa: E402
 
 INPUTS = sorted(REPO.glob("requirements*.in"))
 

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 import yaml
-from harness import JOB_DIR, REPO, TOOLS_DIR, clean_env, fields, only, run
+from harness import REPO, clean_env, fields, only, run
 from harness.runs import train_locally
 from pgpong.report import progress
 from pgpong.run import Run
@@ -134,7 +134,7 @@ def test_probe_rate_counts_steps_within_the_window():
 
 
 def run_plan(*args):
-    env = dict(os.environ, PYTHONPATH=f"{JOB_DIR}{os.pathsep}{TOOLS_DIR}")
+    env = dict(os.environ)
     return subprocess.run(
         [sys.executable, "-m", "pongtools.plan", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
     )
@@ -922,7 +922,7 @@ def test_make_plan_of_a_size_plans_the_cluster_make_up_launches(aws, tmp_path, s
     made = run(
         [sys.executable, "cluster/variant.py", "cluster/aws.yaml", "--nodes", nodes, "--instance-type", instance_type]
         + ["--out", str(copy_path)],
-        clean_env(PYTHONPATH=str(JOB_DIR)),
+        clean_env(),
         timeout=60,
     )
     assert made.returncode == 0, made.stdout + made.stderr

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from harness import JOB_DIR, REPO, clean_env, fields, missing, only, read_env_file, run
+from harness import REPO, clean_env, fields, missing, only, read_env_file, run
 from harness.processes import free_port
 from harness.registry import REGISTRY, NodeEngine, Registry
 
@@ -42,7 +42,7 @@ def pull_step(tmp_path, image):
     out = tmp_path / "pull.yaml"
     made = run(
         [sys.executable, "cluster/variant.py", "cluster/local.yaml", "--image", image, "--out", str(out)],
-        clean_env(PYTHONPATH=str(JOB_DIR)),
+        clean_env(),
         timeout=60,
     )
     assert made.returncode == 0, made.stdout + made.stderr

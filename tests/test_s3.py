@@ -5,7 +5,8 @@ import json
 import pytest
 from harness.aws import iam_user, moto_with_iam, use_aws
 from harness.runs import make_state, train_locally
-from pgpong.run import SEGMENT_UPDATES, Run
+from pgpong.metrics import SEGMENT_UPDATES
+from pgpong.run import Run
 from pgpong.store import StoreError
 
 

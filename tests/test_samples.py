@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from harness import JOB_DIR, REPO, TOOLS_DIR
+from harness import REPO
 from pongtools import samples
 
 MADE = "2026-11-25 at 03:11 UTC, commit 46f2cb7, `AMD EPYC`, 2 cores"
@@ -25,7 +25,7 @@ def test_a_recorded_sample_without_its_date_or_commit_is_refused_in_one_line(mad
         [sys.executable, "-m", "pongtools.samples", "record", "nope", "--made", made],
         input="update=1 episodes=4\n",
         cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=f"{JOB_DIR}{os.pathsep}{TOOLS_DIR}"),
+        env=dict(os.environ),
         capture_output=True,
         text=True,
         timeout=60,

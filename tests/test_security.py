@@ -3,6 +3,7 @@ no Ray port open to the world: test_cluster_yaml.py; the token absent from job l
 And what a submission uploads at all: the trainer's package, nothing of the tools."""
 
 import ast
+import os
 import re
 import shutil
 import sys
@@ -87,7 +88,8 @@ def test_the_job_folder_packages_the_trainer_and_nothing_else(tmp_path):
 @pytest.mark.slow
 def test_a_submission_uploads_the_package_and_nothing_that_could_hold_a_secret(ray_cluster, tmp_path):
     """A copy of the repo's job/ whose pong folder is salted with secrets, submitted as a user does
-    (job/submit.py) to the test cluster; then the working dir the cluster unpacked is read back."""
+    (pongtools.submit, the copy's: its packages first on PYTHONPATH) to the test cluster; then the working dir the
+    cluster unpacked is read back."""
     copy = tmp_path / "repo"
     shutil.copytree(REPO / "job", copy / "job", ignore=shutil.ignore_patterns("__pycache__", "results"))
     shutil.copytree(REPO / "infra", copy / "infra")
@@ -96,11 +98,12 @@ def test_a_submission_uploads_the_package_and_nothing_that_could_hold_a_secret(r
     for name in [*SECRETS, marker]:
         (job / name).parent.mkdir(parents=True, exist_ok=True)
         (job / name).write_text("secret\n")
-    env = ray_cluster.client_env(LAST_JOB_FILE=str(tmp_path / "last-job"))
-    # a run dir the trainer cannot write: the job ends at once, after Ray has unpacked its working dir (submit
-    # itself refuses arguments the trainer's parser refuses, so these must parse)
+    tools = os.pathsep.join([str(copy / "job" / "pong"), str(copy / "job" / "tools")])
+    env = ray_cluster.client_env(LAST_JOB_FILE=str(tmp_path / "last-job"), PYTHONPATH=tools)
+    # a run dir the trainer cannot write (which submit cannot check here): the job ends at once, after Ray has
+    # unpacked its working dir (arguments its parser refuses, such as --batch-size 0, submit refuses itself)
     args = ["--updates", "1", "--run-dir", "/proc/pong-run"]
-    submitted = run([sys.executable, str(copy / "job" / "submit.py"), "pong", "--", *args], env, timeout=120, cwd=copy)
+    submitted = run([sys.executable, "-m", "pongtools.submit", "pong", "--", *args], env, timeout=120, cwd=copy)
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
     job_id = (tmp_path / "last-job").read_text().strip()
     try:

@@ -15,8 +15,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from harness import RAY, REPO, clean_env, fields, missing, run
+from harness import RAY, REPO, VENV_BIN, clean_env, fields, missing, run
 from harness.cluster import two_node_cluster
+
+PONG_SUBMIT = str(VENV_BIN / "pong-submit")  # the console script `make setup` installs (pongtools.submit)
 
 
 def error_line(result):
@@ -111,7 +113,7 @@ def submit_script(env, *args):
     import subprocess
 
     return subprocess.Popen(
-        [sys.executable, str(REPO / "job" / "submit.py"), *args],
+        [PONG_SUBMIT, *args],
         env=env,
         cwd=REPO,
         stdout=subprocess.PIPE,
@@ -121,12 +123,10 @@ def submit_script(env, *args):
 
 
 def test_submission_ids_made_in_the_same_second_differ():
-    import importlib.util
     import time
 
-    spec = importlib.util.spec_from_file_location("submit", REPO / "job" / "submit.py")
-    submit = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(submit)
+    from pongtools import submit
+
     while True:  # retry in the rare case the clock ticked over a second boundary in between
         second = time.strftime("%Y%m%d-%H%M%S")
         ids = [submit.submission_id("pong") for _ in range(20)]
@@ -154,14 +154,14 @@ def test_two_submissions_in_the_same_second_get_different_ids(ray_cluster, tmp_p
 @pytest.mark.slow  # needs the two-node cluster (about 10 s to start, once per session)
 def test_wait_follows_the_logs_and_exits_by_the_final_status(ray_cluster, tmp_path):
     env = ray_cluster.client_env(LAST_JOB_FILE=str(tmp_path / "last-job"))
-    ok = run([sys.executable, "job/submit.py", "--wait", "pong", "--", "--help"], env, timeout=300)
+    ok = run([PONG_SUBMIT, "--wait", "pong", "--", "--help"], env, timeout=300)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "usage: python -m pgpong.train" in ok.stdout  # the job's own output, followed
     assert ok.stdout.strip().splitlines()[-1].endswith("status=SUCCEEDED"), ok.stdout
 
     # A run dir the trainer cannot write, on the node (what this machine cannot check before submitting).
     args = ["--updates", "1", "--run-dir", "/proc/pong-run"]
-    bad = run([sys.executable, "job/submit.py", "--wait", "pong", "--", *args], env, timeout=300)
+    bad = run([PONG_SUBMIT, "--wait", "pong", "--", *args], env, timeout=300)
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert "error: cannot write run dir /proc/pong-run" in bad.stdout
     assert bad.stdout.strip().splitlines()[-1].endswith("status=FAILED"), bad.stdout

@@ -7,7 +7,7 @@ import urllib.request
 import uuid
 
 import pytest
-from harness import REPO, clean_env, fields, only, run, tools_env
+from harness import REPO, clean_env, fields, only, run
 from pgpong import watch
 from PIL import Image
 from pongtools import play, plot
@@ -144,7 +144,7 @@ def test_make_plot_draws_the_run_and_skips_a_half_written_line(run_copy):
     made = make("plot", f"RUN={run_copy}")
     assert made.returncode == 0, made.stdout + made.stderr
     assert fields(only(made.stdout, "plot ")[0])["last_update"] == "2"
-    plotted = run(["python", "-m", "pongtools.plot", str(run_copy), "--out", str(out)], tools_env())
+    plotted = run(["python", "-m", "pongtools.plot", str(run_copy), "--out", str(out)], clean_env())
     assert plotted.returncode == 0 and out.stat().st_size > 0, plotted.stderr
 
 
@@ -219,6 +219,6 @@ def test_plot_and_play_read_a_run_dir_on_s3(tiny_run, s3, tmp_path, capsys):  # 
     ],
 )
 def test_a_wrong_path_is_one_line_and_exit_2(command, message):
-    proc = run(["python", "-m", *command], tools_env(), timeout=60)
+    proc = run(["python", "-m", *command], clean_env(), timeout=60)
     assert proc.returncode == 2 and message in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and proc.stdout == "", proc.stderr

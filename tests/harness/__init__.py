@@ -26,8 +26,6 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 JOB_DIR = REPO / "job" / "pong"  # the job's working dir: `python -m pgpong.train` runs here
-TOOLS_DIR = REPO / "job" / "tools"  # the tools package's folder: `python -m pongtools.plot` with it on the path
-TOOLS_PATH = f"{JOB_DIR}{os.pathsep}{TOOLS_DIR}"  # PYTHONPATH of a tool, as `make plot` sets it
 VENV_BIN = Path(sys.executable).parent
 RAY = str(VENV_BIN / "ray")
 
@@ -57,11 +55,6 @@ def clean_env(**extra):
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
     env.update(extra)
     return env
-
-
-def tools_env(**extra):
-    """clean_env with the job's package and the tools on PYTHONPATH, as `make plot` runs a tool."""
-    return clean_env(PYTHONPATH=TOOLS_PATH, **extra)
 
 
 def run(command, env, timeout=300, cwd=REPO):

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
 
 from harness import RAY, REPO, clean_env, fields, run
 from harness.hosts import Lan
@@ -39,6 +40,13 @@ from harness.launcher import (
 
 DASHBOARD_PORT = 8265  # on the lan, where the tunnel listens: the lan's own loopback
 LAUNCHER_TIMEOUT_S = 900
+# cluster/local.yaml as committed, and the names in it that the tests which launch it (test_lan_cluster.py,
+# test_local_docker.py) look for: its cluster, its container, the token its file_mounts copy.
+LOCAL_YAML = REPO / "cluster" / "local.yaml"
+COMMITTED = yaml.safe_load(LOCAL_YAML.read_text())
+CLUSTER_NAME = COMMITTED["cluster_name"]
+CONTAINER = COMMITTED["docker"]["container_name"]
+TOKEN_MOUNT = "~/.ray/auth_token"
 CLONE_NEWNET = 0x40000000
 
 

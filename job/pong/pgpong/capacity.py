@@ -18,7 +18,7 @@ the next trainer's request replaces it, or until it is released by hand, on a no
     python -m pgpong.capacity show       # capacity cpus_requested=300
     python -m pgpong.capacity release    # release cpus_requested_before=300 cpus_requested=0
 
-`make capacity` and `make release` run these as a small job on the cluster at RAY_ADDRESS (job/jobs.py).
+`make capacity` and `make release` run these as a small job on the cluster at RAY_ADDRESS (pongtools.jobs).
 """
 
 import contextlib
@@ -92,5 +92,10 @@ def main(argv=None):
     print(kv("release", cpus_requested_before=before, cpus_requested=requested()), flush=True)
 
 
+def entry():
+    """`python -m pgpong.capacity`: main under the one exit contract (pgpong.cli.run)."""
+    cli.run(main)
+
+
 if __name__ == "__main__":
-    main()
+    entry()

@@ -1,17 +1,30 @@
-"""The command line of every program here, the trainer's and each tool's: a mistake is one line and exit 2.
+"""The command line of every program here, the trainer's and each tool's: one exit contract.
 
-    p = cli.Parser(prog="python -m pongtools.play")
-    p.add_argument("--games", type=cli.at_least(1), default=3)   # --games 0: "must be a whole number >= 1"
-    ...
-    cli.fail("no checkpoint at /x; pass CHECKPOINT=...")           # a mistake found after parsing
+    def main(argv=None):
+        p = cli.Parser(prog="python -m pongtools.play")
+        p.add_argument("--games", type=cli.at_least(1), default=3)  # --games 0: "must be a whole number >= 1"
+        ...
+        raise cli.UserError("no checkpoint at /x; pass CHECKPOINT=...")  # a mistake found after parsing
 
-A flag the parser refuses prints `<prog>: error: <what was wrong> (see --help)`, not argparse's
-usage block; fail() prints `error: <message>`, or `<prog>: <message>` for a program whose lines
-carry its name (submit, preflight). Both exit with status 2.
+    def entry():  # the console script, and `if __name__ == "__main__": entry()`
+        cli.run(main)
+
+run() is the one place a program's end becomes its exit status: main's own status (None: 0); a
+UserError, a mistake the user can fix, one line `error: <message>` (or `<prog>: <message>` for a
+program whose lines carry its name: submit, jobs, preflight) and 2; Ctrl-C 130; any other exception,
+a failure, its traceback and 1. A flag the parser refuses prints `<prog>: error: <what was wrong>
+(see --help)`, not argparse's usage block, and exits 2 as well.
 """
 
 import argparse
 import sys
+import traceback
+
+MISTAKE, FAILURE, INTERRUPTED = 2, 1, 130
+
+
+class UserError(Exception):
+    """A mistake the user can fix (a flag, a file, a name), said in one line that says what to do: exit 2."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -19,14 +32,31 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message):
         sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
-        sys.exit(2)
+        sys.exit(MISTAKE)
 
 
-def fail(message, prog=None):
-    """A mistake the user can fix, found after the flags were parsed: one line on stderr, exit 2.
-    The line starts with `error:`, or with `<prog>:` when prog is given."""
-    print(f"{prog or 'error'}: {message}", file=sys.stderr)
-    sys.exit(2)
+def fail(message):
+    """A mistake found after the flags were parsed: raises the UserError that run() makes one line and exit 2."""
+    raise UserError(message)
+
+
+def status(main, argv=None, prog=None):
+    """main(argv)'s exit status under the contract above, its one line (a UserError) or traceback printed."""
+    try:
+        return main(argv) or 0
+    except UserError as error:
+        print(f"{prog or 'error'}: {error}", file=sys.stderr, flush=True)
+        return MISTAKE
+    except KeyboardInterrupt:
+        return INTERRUPTED
+    except Exception:  # noqa: BLE001 (every other exception is a failure: its traceback, exit 1)
+        traceback.print_exc()
+        return FAILURE
+
+
+def run(main, prog=None):
+    """Run a program's main(argv=None) and exit with its status (see status)."""
+    sys.exit(status(main, None, prog))
 
 
 def checked(convert, wanted):

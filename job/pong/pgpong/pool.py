@@ -112,6 +112,15 @@ def wait_to_start(probes, follow, wait_s, check_stop, out):
     return sorted(ready, key=probes.index)
 
 
+def actor_peak_rss_mb(pool):
+    """The largest peak resident memory of the pool's healthy actors, in MiB."""
+    try:
+        infos = ray.get([pool.submit(i, "describe") for i in pool.healthy_ids()], timeout=30)
+    except RayError:  # an actor went away just now; say nothing rather than guess
+        return float("nan")
+    return max((d["peak_rss_mb"] for d in infos), default=0.0)
+
+
 class RolloutPool:
     """The rollout actors, as RLlib's FaultTolerantActorManager keeps its actors: it starts them, probes
     the ones not heard from (new or restarting), follows the cluster's nodes, drops and replaces them.
@@ -134,8 +143,8 @@ class RolloutPool:
         except BaseException:
             self.shutdown()
             raise
-        self._info = ray.get(ready)  # the actors that answered, in the order of their index
-        self._node = {probes.index(ref): d["node"] for ref, d in zip(ready, self._info, strict=True)}
+        self.info = ray.get(ready)  # describe() of the actors that answered at the start, in index order
+        self._node = {probes.index(ref): d["node"] for ref, d in zip(ready, self.info, strict=True)}
         self._healthy = set(self._node)
         self._probes = {ref: i for i, ref in enumerate(probes) if i not in self._healthy}  # actor index by describe()
         self._fresh = set(self._probes.values())  # actors never heard from yet: `joined` when they answer
@@ -145,11 +154,6 @@ class RolloutPool:
 
     def __exit__(self, *exc):
         self.shutdown()
-
-    @property
-    def info(self):
-        """describe() of each actor that answered at the start, in the order of their index."""
-        return self._info
 
     def _live(self):
         """The indexes of the actors in the pool (healthy, restarting or not yet answered)."""
@@ -184,14 +188,6 @@ class RolloutPool:
         self._fresh.discard(i)
         self._probes = {ref: j for ref, j in self._probes.items() if j != i}
         self._say("dropped", i, node, reason="node_left", healthy=len(self._healthy), size=len(self._live()))
-
-    def peak_rss_mb(self):
-        """The largest peak resident memory of the healthy actors, in MiB."""
-        try:
-            infos = ray.get([self.submit(i, "describe") for i in self.healthy_ids()], timeout=30)
-        except RayError:  # an actor went away just now; say nothing rather than guess
-            return float("nan")
-        return max((d["peak_rss_mb"] for d in infos), default=0.0)
 
     def shutdown(self):
         """End every actor of the pool."""

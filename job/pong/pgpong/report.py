@@ -4,7 +4,7 @@ per update.
 
     report = Report(run, cfg.updates, first_update)   # first_update: the one the run resumed at
     report.update(record, played)                      # after each update (played: pool.UpdateResult)
-    summary = report.end(stopped, progress, checkpoint, pool.peak_rss_mb)
+    summary = report.end(stopped, progress, checkpoint, lambda: actor_peak_rss_mb(pool))
     print(summary.line())                              # done updates=... episodes_by_node=...
 """
 

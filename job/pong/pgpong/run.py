@@ -23,6 +23,7 @@ import re
 
 from . import checkpoint, lock
 from .checkpoint import CheckpointError, WrongNetwork
+from .metrics import METRICS, SHIPPED_METRICS, MetricsLog
 from .store import StoreError, join, open_store, where
 
 KEEP = 3  # checkpoints kept in a run directory
@@ -32,35 +33,6 @@ AGENT_FILE = "pong-agent.npz"  # an exported agent's weights (make ship)
 # An exported comparison run (pongtools.ship --metrics-only): its config and counters, no weights.
 RUN_RECORD = "run.json"
 
-# Metrics are one JSON line per update. A local run dir appends them to metrics.jsonl. S3
-# has no append, so an S3 run dir writes them in segments of SEGMENT_UPDATES updates,
-# metrics-NNNNNN.jsonl named by their first update: each update PUTs only its own segment,
-# so the cost of a write does not grow with the run. Readers join metrics.jsonl (a local
-# run, or an S3 run from before segments) and then the segments, in update order. An
-# exported run (make ship) holds them all, compressed, in metrics.jsonl.gz.
-METRICS = "metrics.jsonl"
-SEGMENT_UPDATES = 50
-_SEGMENT = re.compile(r"^metrics-(\d{6,})\.jsonl$")
-SHIPPED_METRICS = "metrics.jsonl.gz"
-
-
-def _updates(numbers):
-    """'update 3', 'updates 1-3, 7': runs of consecutive update numbers."""
-    numbers, runs = sorted(set(numbers)), []
-    for n in numbers:
-        if runs and n == runs[-1][1] + 1:
-            runs[-1][1] = n
-        else:
-            runs.append([n, n])
-    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
-    return ("update " if len(numbers) == 1 else "updates ") + text
-
-
-def metrics_segment(update):
-    """The S3 segment that holds an update's line: metrics-000051.jsonl for updates 51..100."""
-    first = (update - 1) // SEGMENT_UPDATES * SEGMENT_UPDATES + 1
-    return f"metrics-{first:06d}.jsonl"
-
 
 class Run:
     """One run directory: a local folder (made absolute) or s3://bucket/prefix, and its store."""
@@ -68,6 +40,7 @@ class Run:
     def __init__(self, path):
         self.path = where(path)
         self.store = open_store(self.path)
+        self.log = MetricsLog(self.store, self.path)  # metrics.jsonl, or an S3 run's segments
         self.lock = None  # held from prepare() to close(): this process is the run dir's one writer
         self.loaded = None  # the name of the checkpoint load_latest returned
 
@@ -195,88 +168,20 @@ class Run:
             "batch_size": records[0]["episodes"]
         } if records else {}, f"no checkpoint yet: batch size from {METRICS}"
 
-    # -- metrics -----------------------------------------------------------------
+    # -- metrics: the run's MetricsLog (pgpong.metrics) ------------------------
 
     def append_metrics(self, record):
-        name = METRICS if self.store.appends else metrics_segment(record["update"])
         self._writing()
-        self.store.append(name, json.dumps(record) + "\n")
-
-    def metrics_files(self, names=None):
-        """The names that hold the run's metrics, oldest first."""
-        names = self.store.names() if names is None else names
-        segments = sorted((int(m.group(1)), n) for n in names if (m := _SEGMENT.match(n)))
-        return ([METRICS] if METRICS in names else []) + [n for _, n in segments]
+        self.log.append(record)
 
     def metrics(self):
-        """Every update's record, in order: metrics.jsonl and an S3 run's segments joined, or an
-        exported run's metrics.jsonl.gz. A line still being written, or cut short, is skipped.
-
-        FileNotFoundError if the run has no metrics yet, StoreError if the run dir cannot be
-        reached (S3 credentials, a missing bucket).
-        """
-        names = self.store.names()
-        files = self.metrics_files(names)
-        if files:
-            parts = [self.store.read(name).decode(errors="replace") for name in files]
-            text = "".join(p if p.endswith("\n") or not p else p + "\n" for p in parts)  # a cut line stays alone
-        elif SHIPPED_METRICS in names:
-            text = gzip.decompress(self.store.read(SHIPPED_METRICS)).decode(errors="replace")
-        else:
-            raise FileNotFoundError(f"{self.path} has no {METRICS}")
-        records = []
-        for line in text.splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and "update" in record:
-                records.append(record)
-        return records
+        """Every update's record, in order (MetricsLog.records)."""
+        return self.log.records()
 
     def trim_metrics(self, last_update, warn=print):
-        """Keep the metric lines of updates up to last_update, the checkpoint a run starts from (0 for
-        a fresh start): later ones will be run again. A line cut short when the driver died (a torn
-        last line) or unreadable is cut too. What was dropped, and the updates up to last_update that
-        have no line (lost, though their checkpoint counted them), are said through `warn`."""
+        """Keep the metric lines of updates up to last_update (MetricsLog.trim)."""
         self._writing()
-        torn, dropped, seen = [], [], set()
-        for name in self.metrics_files():
-            lines = self.store.read(name).decode(errors="replace").splitlines(keepends=True)
-            kept = []
-            for line in lines:
-                try:
-                    update = json.loads(line)["update"]
-                except (ValueError, KeyError, TypeError):
-                    update = None
-                if not isinstance(update, int):  # cut short when the driver died, or not a record
-                    torn.append(f"{name}: {len(line.encode())} bytes {line[:40]!r}")
-                    continue
-                if update > last_update:
-                    dropped.append(update)
-                    continue
-                seen.add(update)
-                kept.append(line if line.endswith("\n") else line + "\n")
-            if kept == lines:
-                continue
-            if kept or name == METRICS:
-                self.store.write(name, "".join(kept).encode())
-            else:
-                self.store.delete(name)
-        if torn:
-            what = "a torn or unreadable metrics line" if len(torn) == 1 else f"{len(torn)} torn or unreadable lines"
-            warn(f"cut {what} of {self.path}, as a driver killed mid-write leaves: {'; '.join(torn)}")
-        start = f"the checkpoint of update {last_update}" if last_update else "no checkpoint"
-        if dropped:
-            again = "it runs" if len(set(dropped)) == 1 else "they run"
-            warn(f"dropped the metrics of {_updates(dropped)} of {self.path}, past {start}: {again} again")
-        lost = sorted(set(range(1, last_update + 1)) - seen)
-        if lost:
-            its, it = ("its", "it") if len(lost) == 1 else ("their", "them")
-            warn(
-                f"{self.path} has no metrics line for {_updates(lost)}: lost, though "
-                f"{self.loaded or 'the checkpoint'} counts {its} episodes; plots and trend lines skip {it}"
-            )
+        self.log.trim(last_update, self.loaded or "the checkpoint", warn)
 
     @classmethod
     def of_file(cls, path):

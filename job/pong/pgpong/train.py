@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 from . import checkpoint, config, rollout
-from .cli import fail
+from .cli import UserError, run
 from .learner import Learner
 from .lock import LockLost
 from .logline import kv
@@ -41,12 +41,9 @@ class Stopped(Exception):
     """SIGTERM (ray job stop) or Ctrl-C: save what we have and leave."""
 
 
-class UserError(Exception):
-    """Something the user can fix, found before training: main prints it as one line and exits 2."""
-
-
 class TrainingError(Exception):
-    """Training stopped by an error; the message says what was kept. main prints it as one line and exits 1."""
+    """Training stopped or never started by no fault of the user's (a lost store, a cluster with no free CPU for
+    the actors); the message says what was kept. main prints it as one line and exits 1."""
 
 
 class StopSignal:
@@ -197,7 +194,7 @@ class Trainer:
     def train(self):
         """Train, and save the last finished update: the run's report.Summary. TrainingError (one
         line, saying what was kept) if the run dir stops taking writes or our code raised in the actors."""
-        from .pool import BugError
+        from .pool import BugError, actor_peak_rss_mb
 
         try:
             stopped = self.loop()
@@ -213,7 +210,7 @@ class Trainer:
                 f"{e}; a bug, not a fault: training stopped and {self.last_good()} "
                 "(docs/reliability.md, A bug in an actor)"
             ) from None
-        return self.report.end(stopped, self.progress, self.checkpoint, self.pool.peak_rss_mb)
+        return self.report.end(stopped, self.progress, self.checkpoint, lambda: actor_peak_rss_mb(self.pool))
 
     def last_good(self):
         """What a run stopped by an error keeps, as words for its error line."""
@@ -296,18 +293,16 @@ def keep_learning_rate(cfg, made_with):
 
 
 def main(argv=None):
-    """The one place an error becomes its line and exit status: a user's mistake exit 2, an error
-    that stopped training exit 1. A run that trained ends with its done line."""
+    """A user's mistake (UserError) is exit 2 by entry(); an error that stopped training (TrainingError) is its
+    one line here and exit 1. A run that trained ends with its done line."""
     cfg = config.parse_args(argv)
     stop = StopSignal()
     stop.install()  # from here on a stop is a stopping line and a released lock
     try:
         summary = train(cfg, config.given_flags(argv), stop)
-    except UserError as e:
-        fail(str(e))
     except TrainingError as e:
         print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+        return 1
     if summary:
         print(summary.line())
 
@@ -374,7 +369,7 @@ def connect_ray(stop):
 def start_pool(cfg, stop, out=print):
     """The rollout actors' pool, started: --workers N: N actors, each of which must answer. --workers
     auto: one actor per CPU of the cluster now, training from the first that answers; the pool then
-    follows the cluster. UserError if it cannot start; Stopped if a stop came meanwhile."""
+    follows the cluster. TrainingError if none can start; Stopped if a stop came meanwhile."""
     import ray
 
     from .pool import PoolError, RolloutPool
@@ -395,8 +390,8 @@ def start_pool(cfg, stop, out=print):
             follow=follow,
             limit=capacity_wanted(cfg),
         )
-    except PoolError as e:
-        raise UserError(str(e)) from None
+    except PoolError as e:  # a busy cluster (no free CPU for the actors): not the user's mistake
+        raise TrainingError(str(e)) from None
 
 
 def print_start(cfg, info, start):
@@ -433,5 +428,10 @@ def print_start(cfg, info, start):
         )
 
 
+def entry():
+    """`python -m pgpong.train`: main under the one exit contract (pgpong.cli.run)."""
+    run(main)
+
+
 if __name__ == "__main__":
-    main()
+    entry()

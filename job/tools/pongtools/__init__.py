@@ -1,14 +1,18 @@
-"""Tools that run on your machine, never in a job: play, plot, ship, sweep, compare, plan, bench.
+"""Tools that run on your machine, never in a job: make run (launch), submit, the jobs' commands, play, plot,
+ship, sweep, compare, plan, bench.
 
-They import the job's package, pgpong (job/pong), and pgpong never imports them.
+They import the job's package, pgpong (job/pong), and pgpong never imports them. `make setup` installs both
+(pyproject.toml), editable: the tools act on this checkout (its job/ folders, cluster/ YAMLs, runs/).
 """
 
 import os
+from pathlib import Path
 
 import pgpong
 
 JOB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(pgpong.__file__)))  # job/pong: the trainer runs there
 TOOLS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # job/tools
+REPO = Path(TOOLS_DIR).parent.parent  # the checkout: job/, cluster/, infra/
 
 
 def actor_path():

@@ -2,8 +2,8 @@
 
 How to run (from the repo root; `make bench` does this):
 
-    PYTHONPATH=job/pong:job/tools python -m pongtools.bench                  # batch 300, one actor per CPU
-    PYTHONPATH=job/pong:job/tools python -m pongtools.bench --batch-size 30  # quicker, same measurements
+    .venv/bin/python -m pongtools.bench                  # batch 300, one actor per CPU
+    .venv/bin/python -m pongtools.bench --batch-size 30  # quicker, same measurements
 
 All phases run in one invocation, on the same number of single-CPU Ray actors, with
 the same env settings:
@@ -32,7 +32,7 @@ import time
 import numpy as np
 import ray
 from pgpong import config, policy, rollout, train
-from pgpong.cli import Parser, at_least, fail
+from pgpong.cli import Parser, at_least, run
 from pgpong.logline import kv
 from pgpong.run import Run
 
@@ -210,10 +210,7 @@ def main(argv=None):
     paired = bench_paired(args.env, workers, args.pairs, params)
     print(kv("bench", **paired), flush=True)
     with tempfile.TemporaryDirectory() as run_dir:
-        try:
-            trained = bench_trainer(args.env, workers, args.batch_size, run_dir)
-        except train.UserError as e:  # e.g. more --workers than the cluster's CPUs: the trainer's own line
-            fail(str(e))
+        trained = bench_trainer(args.env, workers, args.batch_size, run_dir)  # the trainer's UserError: its line
     print(kv("bench", **trained), flush=True)
     book = bench_textbook(args.env, workers, args.textbook_episodes or 4 * workers)
     print(kv("bench", **book), flush=True)
@@ -235,5 +232,10 @@ def main(argv=None):
     return 0 if ok else 1
 
 
+def entry():
+    """`python -m pongtools.bench`: main under the one exit contract (pgpong.cli.run)."""
+    run(main)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    entry()

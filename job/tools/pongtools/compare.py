@@ -3,8 +3,8 @@ number of episodes, whatever its batch size, learning rate or machine. Runs on y
 
 How to run (from the repo root; `make compare RUNS="..." AT=...` does the same):
 
-    PYTHONPATH=job/pong:job/tools python -m pongtools.compare ~/pong-lr/* --at 1000,3000,6000
-    PYTHONPATH=job/pong:job/tools python -m pongtools.compare ~/pong-lr/* --markdown      # a table for the docs
+    .venv/bin/python -m pongtools.compare ~/pong-lr/* --at 1000,3000,6000
+    .venv/bin/python -m pongtools.compare ~/pong-lr/* --markdown      # a table for the docs
 
 For each run: its batch size and learning rate (from its newest checkpoint), then at each
 milestone the running reward at the first update that reached that many episodes, and the
@@ -14,7 +14,7 @@ update it was. A run that has not reached a milestone shows '-'.
 import os
 
 from pgpong.checkpoint import CheckpointError
-from pgpong.cli import Parser, checked, fail
+from pgpong.cli import Parser, checked, fail, run
 from pgpong.config import OPTIMIZER_BEFORE_FIELDS
 from pgpong.logline import kv
 from pgpong.run import Run
@@ -167,5 +167,10 @@ def main(argv=None):
         )
 
 
+def entry():
+    """`python -m pongtools.compare`: main under the one exit contract (pgpong.cli.run)."""
+    run(main)
+
+
 if __name__ == "__main__":
-    main()
+    entry()

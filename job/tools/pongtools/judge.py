@@ -2,8 +2,8 @@
 
 How to run (from the repo root; `make judge CHECKPOINT=...` does the same):
 
-    PYTHONPATH=job/pong:job/tools python -m pongtools.judge job/tools/runs/agent             # the shipped agent
-    PYTHONPATH=job/pong:job/tools python -m pongtools.judge ~/pong-runs/a --seeds 300-319    # a run's newest checkpoint
+    .venv/bin/python -m pongtools.judge job/tools/runs/agent             # the shipped agent
+    .venv/bin/python -m pongtools.judge ~/pong-runs/a --seeds 300-319    # a run's newest checkpoint
 
 It plays --games greedy games at each of --seeds, the games `make play GAMES=10 ARGS="--seed N"`
 plays at each seed N, score for score (the same kernel, the same seeded frame skips and sticky
@@ -20,7 +20,7 @@ import os
 import time
 
 from pgpong import rollout
-from pgpong.cli import Parser, at_least
+from pgpong.cli import Parser, at_least, run
 from pgpong.logline import kv
 
 from pongtools import play
@@ -145,5 +145,10 @@ def main(argv=None):
     )
 
 
+def entry():
+    """`python -m pongtools.judge`: main under the one exit contract (pgpong.cli.run)."""
+    run(main)
+
+
 if __name__ == "__main__":
-    main()
+    entry()

@@ -2,9 +2,9 @@
 
 How to run (from the repo root; `make play CHECKPOINT=... GAMES=3` does the same):
 
-    PYTHONPATH=job/pong:job/tools python -m pongtools.play ~/pong-runs/a/ckpt-000100.npz --games 3
-    PYTHONPATH=job/pong:job/tools python -m pongtools.play ~/pong-runs/a --policy sampled    # the run's newest checkpoint
-    PYTHONPATH=job/pong:job/tools python -m pongtools.play job/tools/runs/agent --games 10     # the shipped agent (make play)
+    .venv/bin/python -m pongtools.play ~/pong-runs/a/ckpt-000100.npz --games 3
+    .venv/bin/python -m pongtools.play ~/pong-runs/a --policy sampled    # the run's newest checkpoint
+    .venv/bin/python -m pongtools.play job/tools/runs/agent --games 10     # the shipped agent (make play)
 
 The trainer's own kernel (policy.policy_step) preprocesses each screen and runs the
 network. By default the agent plays its more likely action, UP iff P(UP) > 0.5 (greedy,
@@ -24,7 +24,7 @@ import time
 import numpy as np
 from pgpong import policy, rollout
 from pgpong.checkpoint import CheckpointError
-from pgpong.cli import Parser, at_least, fail
+from pgpong.cli import Parser, at_least, fail, run
 from pgpong.config import DEFAULT_RUNS
 from pgpong.logline import kv
 from pgpong.run import AGENT_FILE, RUN_RECORD, Run
@@ -280,5 +280,10 @@ def main(argv=None):
     )
 
 
+def entry():
+    """`python -m pongtools.play`: main under the one exit contract (pgpong.cli.run)."""
+    run(main)
+
+
 if __name__ == "__main__":
-    main()
+    entry()

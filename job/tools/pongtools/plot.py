@@ -2,8 +2,8 @@
 
 How to run (from the repo root; `make plot RUN=...` does the same):
 
-    PYTHONPATH=job/pong:job/tools python -m pongtools.plot ~/pong-runs/a            # writes ~/pong-runs/a/curve.png
-    PYTHONPATH=job/pong:job/tools python -m pongtools.plot s3://bucket/runs/a --out a.png
+    .venv/bin/python -m pongtools.plot ~/pong-runs/a            # writes ~/pong-runs/a/curve.png
+    .venv/bin/python -m pongtools.plot s3://bucket/runs/a --out a.png
 
 It works on a run still in progress: the line the trainer is writing right now is
 skipped until it is whole. The title is the run's config, from its newest
@@ -13,7 +13,7 @@ Needs matplotlib (requirements-tools.in, installed from its lock by `make plot`)
 
 import os
 
-from pgpong.cli import Parser, fail
+from pgpong.cli import Parser, fail, run
 from pgpong.logline import kv
 from pgpong.run import Run
 from pgpong.store import StoreError
@@ -118,5 +118,10 @@ def main(argv=None):
     print(kv("plot", out=out, updates=len(records), last_update=last["update"], running_reward=last["running_reward"]))
 
 
+def entry():
+    """`python -m pongtools.plot`: main under the one exit contract (pgpong.cli.run)."""
+    run(main)
+
+
 if __name__ == "__main__":
-    main()
+    entry()

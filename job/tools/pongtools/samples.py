@@ -15,14 +15,14 @@ A quick sample (deterministic, seconds) runs its command each time:
 A slow or changing one (a training run, a benchmark, `make demo`) is saved once, with its date,
 commit and machine, into docs/samples/<name>.txt, and the page's block reads that file:
 
-    PYTHONPATH=job/pong:job/tools .venv/bin/python -m pongtools.samples save demo-tail --tail 4 -- "make demo"
+    .venv/bin/python -m pongtools.samples save demo-tail --tail 4 -- "make demo"
     <!-- [[[cog saved("demo-tail")]]] -->
 
 A sample of a run too long to make again (hours of training, a benchmark of the full batch, a cloud
 run) that a page pasted before samples were saved keeps that run's output as it was, with the date,
 commit and machine the page gave it, said by hand; the block reads it the same way:
 
-    PYTHONPATH=job/pong:job/tools .venv/bin/python -m pongtools.samples record bench-b300 \\
+    .venv/bin/python -m pongtools.samples record bench-b300 \\
         --made "2026-11-22 at 21:05 UTC, commit 04c0f3a, AMD EPYC, 2 cores" < pasted.txt
 
 A figure in a sentence comes from a line the command prints now (line_of): cog writes the sentence;
@@ -43,10 +43,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pgpong.cli import Parser, fail
+from pgpong.cli import Parser, fail, run
 from pgpong.logline import fields, kv
 
-REPO = Path(__file__).resolve().parents[3]
+from pongtools import REPO
+
 SAMPLES = REPO / "docs" / "samples"
 MAKE_ERROR = re.compile(r"^(make(?:\[\d+\])?: \*\*\* )\[Makefile:\d+: ([^\]]+)\]")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -240,5 +241,10 @@ def main(argv=None):
     print(kv("sample", name=args.name, file=written.relative_to(REPO), commands=len(args.commands)))
 
 
+def entry():
+    """`python -m pongtools.samples`: main under the one exit contract (pgpong.cli.run)."""
+    run(main)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

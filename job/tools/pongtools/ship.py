@@ -2,8 +2,8 @@
 
 How to run (from the repo root; `make ship RUN=...` does this, then draws the curve and a game):
 
-    PYTHONPATH=job/pong:job/tools python -m pongtools.ship ~/pong-runs/a                # its newest checkpoint
-    PYTHONPATH=job/pong:job/tools python -m pongtools.ship ~/pong-runs/a --checkpoint ~/pong-runs/a/ckpt-000900.npz
+    .venv/bin/python -m pongtools.ship ~/pong-runs/a                # its newest checkpoint
+    .venv/bin/python -m pongtools.ship ~/pong-runs/a --checkpoint ~/pong-runs/a/ckpt-000900.npz
 
 Writes into --out (default job/tools/runs/agent):
 - pong-agent.npz: W1 and W2 as float16 (2.6 MB instead of the checkpoint's 10 MB with its
@@ -15,14 +15,14 @@ With --metrics-only, run.json (the config and counters, 1 KB) replaces the weigh
 make compare, make plot, make plan-inputs and learning_rates.json's runs, which compare runs and
 never play them:
 
-    PYTHONPATH=job/pong:job/tools python -m pongtools.ship ~/pong-runs/b300-x --metrics-only --out job/tools/runs/lr/b300-x
+    .venv/bin/python -m pongtools.ship ~/pong-runs/b300-x --metrics-only --out job/tools/runs/lr/b300-x
 """
 
 import os
 
 import numpy as np
 from pgpong.checkpoint import CheckpointError
-from pgpong.cli import Parser, fail
+from pgpong.cli import Parser, fail, run
 from pgpong.logline import kv
 from pgpong.run import AGENT_FILE, SHIPPED_METRICS, Run
 from pgpong.store import StoreError
@@ -87,5 +87,10 @@ def main(argv=None):
     )
 
 
+def entry():
+    """`python -m pongtools.ship`: main under the one exit contract (pgpong.cli.run)."""
+    run(main)
+
+
 if __name__ == "__main__":
-    main()
+    entry()

@@ -3,8 +3,8 @@ of episodes, so that they can be compared by episodes, which do not depend on ho
 
 How to run (from the repo root; `make sweep` and `make compare` do the same):
 
-    PYTHONPATH=job/pong:job/tools python -m pongtools.sweep --root ~/pong-lr --episodes 6000 300:1e-2:0.94 300:2e-2 50:4e-3
-    PYTHONPATH=job/pong:job/tools python -m pongtools.compare ~/pong-lr/* --at 1000,3000,6000
+    .venv/bin/python -m pongtools.sweep --root ~/pong-lr --episodes 6000 300:1e-2:0.94 300:2e-2 50:4e-3
+    .venv/bin/python -m pongtools.compare ~/pong-lr/* --at 1000,3000,6000
 
 Each setting BATCH:RATE or BATCH:RATE:DECAY (RMSProp's decay; without it, the trainer's auto)
 trains with the real trainer (python -m pgpong.train, seed 0, the trainer's RMSProp start unless
@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 
-from pgpong.cli import Parser, at_least, checked, positive, whole
+from pgpong.cli import Parser, at_least, checked, positive, run, whole
 from pgpong.logline import kv
 from pgpong.run import Run
 
@@ -123,5 +123,10 @@ def main(argv=None):
     print(kv("sweep", done=len(args.settings), compare=f"python -m pongtools.compare {root}/*"), flush=True)
 
 
+def entry():
+    """`python -m pongtools.sweep`: main under the one exit contract (pgpong.cli.run)."""
+    run(main)
+
+
 if __name__ == "__main__":
-    main()
+    entry()

@@ -1,6 +1,6 @@
 """python -m pongtools.plan {project,inputs,calibrate,probe}: see __init__.py. A mistake is one line, exit 2."""
 
-from pgpong.cli import Parser, at_least, checked, fail, non_negative, positive
+from pgpong.cli import Parser, at_least, checked, fail, non_negative, positive, run
 from pgpong.logline import kv
 
 from . import PlanError, calibration, endtoend, inputs, milestones, model, report
@@ -280,5 +280,10 @@ def main(argv=None):
         fail(str(e))
 
 
+def entry():
+    """`python -m pongtools.plan`: main under the one exit contract (pgpong.cli.run)."""
+    run(main)
+
+
 if __name__ == "__main__":
-    main()
+    entry()

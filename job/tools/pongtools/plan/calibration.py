@@ -1,7 +1,7 @@
 """Measuring the model's inputs here: real trainer runs, and a probe playing episodes beside them.
 
-    PYTHONPATH=job/pong:job/tools python -m pongtools.plan calibrate --out cal.json --work-dir /tmp/cal
-    PYTHONPATH=job/pong:job/tools python -m pongtools.plan inputs --calibration cal.json
+    .venv/bin/python -m pongtools.plan calibrate --out cal.json --work-dir /tmp/cal
+    .venv/bin/python -m pongtools.plan inputs --calibration cal.json
 
 Ray and the emulator, half an hour on a busy 2-core machine (take `flock /tmp/bench.lock`
 on a shared one). `calibrate` runs the trainer at batch 10 and at batch 300 with a probe
@@ -154,7 +154,7 @@ def calibrate(out_path, work_dir, runs=((10, 20), (300, 2)), workers=2):
                     break
                 print(kv("calibrate", batch_size=batch, retry=attempt + 1, reason="ray_startup_timeout"), flush=True)
             if proc.returncode != 0:
-                sys.exit(f"calibrate: the batch-{batch} run failed: {proc.stderr[-2000:]}")
+                raise RuntimeError(f"calibrate: the batch-{batch} run failed: {proc.stderr[-2000:]}")
             keep = ("update", "time", "seconds", "rollout_s", "reduce_s", "update_s", "driver_bytes", "episode_steps")
             ups = [{k: m[k] for k in keep} for m in Run(run_dir).metrics()]
             record["runs"].append(

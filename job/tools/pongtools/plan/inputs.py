@@ -11,7 +11,7 @@ machine that produced it:
 
     make plan-inputs RUN=<run dir>     # the learning part: a folder, s3://..., or an exported run
     make plan-inputs FRESH=job/tools/runs/b300-lr0.01-d0.94     # a fresh policy's lengths
-    PYTHONPATH=job/pong:job/tools python -m pongtools.plan inputs --calibration cal.json    # core, costs
+    .venv/bin/python -m pongtools.plan inputs --calibration cal.json    # core, costs
 """
 
 import json

@@ -2,8 +2,8 @@
 
     make submit JOB=pong ARGS="--batch-size 4 --updates 2"
     make submit ARGS="--updates 0" MAX_HOURS=2                                # the head's watcher stops it after 2 h
-    .venv/bin/python job/submit.py pong -- --batch-size 4 --updates 2          # the same, by hand
-    .venv/bin/python job/submit.py --wait pong -- --batch-size 4 --updates 2   # follow it to the end
+    pong-submit pong -- --batch-size 4 --updates 2          # the same, by hand (.venv/bin on PATH)
+    pong-submit --wait pong -- --batch-size 4 --updates 2   # follow it to the end
 
 The plain Ray CLI does the same submission (this script adds only the checks below):
 
@@ -21,7 +21,7 @@ exists, the trainer's own parser accepts ARGS (its line; ARGS with --help are le
 job, which prints its help), the cluster answers, a token is at hand when the cluster wants
 one, the token is accepted, and the cluster runs the same Ray version as this client.
 A mistake (a bad flag, or any of those checks) is one line and exit 2, as in every program
-here (pgpong/cli.py).
+here (pgpong.cli).
 
 --max-hours H (MAX_HOURS) is the job's time cap: Ray job metadata {"max_hours": "H"}, which
 the head's autodown watcher (infra/autodown.py) reads; once the job has run H hours it stops
@@ -39,6 +39,7 @@ job's logs as they come and exits 0 only if the job SUCCEEDED (1 if it did not).
 
 import argparse
 import asyncio
+import dataclasses
 import importlib
 import importlib.metadata
 import json
@@ -50,10 +51,11 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "job" / "pong"))  # pgpong's cli: one-line errors and exit 2, as every program here
-from pgpong import cli  # noqa: E402
-from pgpong.logline import kv  # noqa: E402
+from pgpong import cli
+from pgpong.cli import UserError
+from pgpong.logline import kv
+
+from pongtools import REPO
 
 JOBS_DIR = REPO / "job"
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
@@ -66,8 +68,10 @@ START_HINT = (
 )
 
 
-class UserError(Exception):
-    """Something the user can fix; printed as one line, never as a traceback."""
+def last_job_file():
+    """Where the latest submission id is recorded: LAST_JOB_FILE, else .last-job in the repo (the one default;
+    `make logs`, `make status` and `make stop-job` read it through pongtools.jobs)."""
+    return Path(os.environ.get("LAST_JOB_FILE") or REPO / ".last-job")
 
 
 def job_packages():
@@ -99,8 +103,13 @@ def runtime_env(job):
 def trainer_config(job, package, args):
     """The job's config as its trainer will read ARGS, by the trainer's own parser (<package>.config):
     ARGS it refuses are its one line and exit 2 here, before anything is launched or sent."""
-    sys.path.insert(0, str(JOBS_DIR / job))
-    return importlib.import_module(f"{package}.config").parse_args(args)
+    try:
+        config = importlib.import_module(f"{package}.config")  # installed by make setup (pyproject.toml)
+    except ModuleNotFoundError:
+        raise UserError(
+            f"job/{job}'s package {package} is not installed here: add it to pyproject.toml's packages, then make setup"
+        ) from None
+    return config.parse_args(args)
 
 
 def asks_for_help(args):
@@ -246,6 +255,53 @@ def follow(client, job_id, out=sys.stdout):
         time.sleep(1)
 
 
+@dataclasses.dataclass(frozen=True)
+class Submission:
+    """A job the cluster took: its id, where, what it runs, and what its `submitted` line says of its time cap."""
+
+    job: str  # the folder under job/
+    id: str
+    address: str
+    entrypoint: str
+    cap: dict
+    client: object = dataclasses.field(repr=False, compare=False)  # the JobSubmissionClient that sent it
+
+    def line(self):
+        return f"{kv('submitted', job=self.job, id=self.id, address=self.address, **self.cap)} entrypoint={self.entrypoint!r}"
+
+
+def submit(job, trainer_args, max_hours=None, address=None):
+    """Check and send job/<job> with trainer_args (the checks of the module's docstring): its Submission, the id
+    recorded in last_job_file(). UserError for each mistake, before anything is sent or recorded."""
+    jobs = job_packages()
+    if job not in jobs:
+        raise UserError(f"unknown job '{job}'; the jobs under job/ are: {', '.join(jobs) or 'none'}")
+    help_only = asks_for_help(trainer_args)
+    open_ended = not help_only and trainer_config(job, jobs[job], trainer_args).updates == 0
+    address = address or dashboard_address()
+    env = runtime_env(job)
+    client = connect(address)
+    watcher = None
+    if max_hours is not None or open_ended:
+        try:
+            watcher = autodown_line(client)
+        except (RuntimeError, OSError, ValueError) as e:
+            raise UserError(
+                f"cannot ask the head at {address} for its autodown watcher's log ({type(e).__name__})"
+            ) from None
+    cap = time_cap(max_hours, open_ended, watcher)
+    metadata = {"max_hours": max_hours} if max_hours is not None else None
+    entrypoint = shlex.join(["python", "-m", f"{jobs[job]}.train", *trainer_args])
+    try:
+        job_id = client.submit_job(
+            entrypoint=entrypoint, submission_id=submission_id(job), runtime_env=env, metadata=metadata
+        )
+    except RuntimeError as e:
+        raise UserError(f"the cluster refused the job: {str(e).splitlines()[0]}") from None
+    last_job_file().write_text(job_id + "\n")
+    return Submission(job, job_id, address, entrypoint, cap, client)
+
+
 def main(argv=None):
     parser = cli.Parser(prog="submit", description="Submit job/JOB to the Ray cluster at RAY_ADDRESS.")
     parser.add_argument("--wait", action="store_true", help="follow the job's logs and exit 0 only if it succeeds")
@@ -260,50 +316,22 @@ def main(argv=None):
     )
     args = parser.parse_args(argv)
     trainer_args = args.trainer_args[1:] if args.trainer_args[:1] == ["--"] else args.trainer_args
-    last_job_file = Path(os.environ.get("LAST_JOB_FILE") or REPO / ".last-job")
-
-    try:
-        jobs = job_packages()
-        if args.job not in jobs:
-            names = ", ".join(jobs) or "none"
-            raise UserError(f"unknown job '{args.job}'; the jobs under job/ are: {names}")
-        help_only = asks_for_help(trainer_args)
-        open_ended = not help_only and trainer_config(args.job, jobs[args.job], trainer_args).updates == 0
-        address = dashboard_address()
-        env = runtime_env(args.job)
-        client = connect(address)
-        watcher = None
-        if args.max_hours is not None or open_ended:
-            try:
-                watcher = autodown_line(client)
-            except (RuntimeError, OSError, ValueError) as e:
-                raise UserError(
-                    f"cannot ask the head at {address} for its autodown watcher's log ({type(e).__name__})"
-                ) from None
-        cap = time_cap(args.max_hours, open_ended, watcher)
-        metadata = {"max_hours": args.max_hours} if args.max_hours is not None else None
-        entrypoint = shlex.join(["python", "-m", f"{jobs[args.job]}.train", *trainer_args])
-        try:
-            job_id = client.submit_job(
-                entrypoint=entrypoint, submission_id=submission_id(args.job), runtime_env=env, metadata=metadata
-            )
-        except RuntimeError as e:
-            raise UserError(f"the cluster refused the job: {str(e).splitlines()[0]}") from None
-    except UserError as error:
-        cli.fail(str(error), prog="submit")
-
-    last_job_file.write_text(job_id + "\n")
-    said = kv("submitted", job=args.job, id=job_id, address=address, **cap)
-    print(f"{said} entrypoint={entrypoint!r}", flush=True)
+    submitted = submit(args.job, trainer_args, args.max_hours)
+    print(submitted.line(), flush=True)
     if not args.wait:
-        print("follow the logs:  ray job logs " + job_id + " --follow   (or: make logs)")
-        print("job status:       ray job status " + job_id + "   (or: make status)")
-        print("stop the job:     ray job stop " + job_id + "   (or: make stop-job)")
+        print("follow the logs:  ray job logs " + submitted.id + " --follow   (or: make logs)")
+        print("job status:       ray job status " + submitted.id + "   (or: make status)")
+        print("stop the job:     ray job stop " + submitted.id + "   (or: make stop-job)")
         return 0
-    status = follow(client, job_id)
-    print(f"submit: job={job_id} status={status}", flush=True)
+    status = follow(submitted.client, submitted.id)
+    print(f"submit: job={submitted.id} status={status}", flush=True)
     return 0 if status == "SUCCEEDED" else 1
 
 
+def entry():
+    """`pong-submit` (make submit): main under the one exit contract (pgpong.cli.run)."""
+    cli.run(main, "submit")
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -1,14 +1,16 @@
 """The jobs on the Ray cluster at RAY_ADDRESS: follow one's logs, show its status, list them, stop one.
 
-    make logs       .venv/bin/python job/jobs.py logs ID       # its logs until it ends; Ctrl-C leaves it running
-    make status     .venv/bin/python job/jobs.py status ID
-    make list       .venv/bin/python job/jobs.py list
-    make stop-job   .venv/bin/python job/jobs.py stop-job ID   # SIGTERM (the trainer saves), then wait for the end
-    make capacity   .venv/bin/python job/jobs.py capacity      # the CPUs the autoscaler is asked for
-    make release    .venv/bin/python job/jobs.py release       # withdraw that request (a killed driver's)
+    make logs       pong-jobs logs [ID]       # its logs until it ends; Ctrl-C leaves it running
+    make status     pong-jobs status [ID]
+    make list       pong-jobs list
+    make stop-job   pong-jobs stop-job [ID]   # SIGTERM (the trainer saves), then wait for the end
+    make capacity   pong-jobs capacity        # the CPUs the autoscaler is asked for
+    make release    pong-jobs release         # withdraw that request (a killed driver's)
+
+Without ID, logs, status and stop-job take the latest submission's, recorded in LAST_JOB_FILE (pongtools.submit).
 
 Ray's own CLI does the same (`ray job logs --follow ID`, `ray job status ID`, `ray list jobs`,
-`ray job stop ID`, with RAY_AUTH_MODE=token exported). This adds one line, and exit 1, in
+`ray job stop ID`, with RAY_AUTH_MODE=token exported). This adds one line, and exit 2, in
 place of Ray's traceback for each mistake: no cluster at RAY_ADDRESS, a token that is missing
 or not the cluster's, another Ray version (the checks of submit.py's connect) and a job id the
 cluster does not know. `capacity` and `release` run `python -m pgpong.capacity show|release` as a small
@@ -18,17 +20,23 @@ entrypoint="..."`, in the key=value form of every log line (pgpong/logline.py).
 """
 
 import logging
-import os
 import re
 import sys
 import time
-from pathlib import Path
 
-from submit import REPO, UserError, autodown_line, connect, dashboard_address, follow, runtime_env, submission_id
+from pgpong import cli
+from pgpong.cli import UserError
+from pgpong.logline import kv
 
-sys.path.insert(0, str(REPO / "job" / "pong"))  # pgpong's cli and logline: one-line errors, key=value lines
-from pgpong.cli import Parser  # noqa: E402
-from pgpong.logline import kv  # noqa: E402
+from pongtools.submit import (
+    autodown_line,
+    connect,
+    dashboard_address,
+    follow,
+    last_job_file,
+    runtime_env,
+    submission_id,
+)
 
 
 def when(ms):
@@ -51,8 +59,8 @@ def job_line(info, message=False):
 class Cluster:
     """The cluster's Jobs API, each failure of a request one UserError."""
 
-    def __init__(self, address, last_job_file):
-        self.address, self.last_job_file = address, last_job_file
+    def __init__(self, address):
+        self.address = address
         self.client = connect(address)
         logging.getLogger("ray.dashboard.modules.job.sdk").setLevel(logging.WARNING)  # not its INFO "WebSocket closed"
 
@@ -63,7 +71,7 @@ class Cluster:
             if job_id is not None and "status code 404" in str(e):
                 raise UserError(
                     f"the cluster at {self.address} has no job '{job_id}'; `make list` shows its jobs: pass "
-                    f"ID=<submission id> (without ID, the last submission's, recorded in {self.last_job_file})"
+                    f"ID=<submission id> (without ID, the last submission's, recorded in {last_job_file()})"
                 ) from None
             raise UserError(f"the cluster at {self.address} refused: {str(e).splitlines()[0]}") from None
         except OSError as e:  # requests' ConnectionError and the like: the cluster went away
@@ -114,7 +122,7 @@ def stop_job(cluster, job_id):
 
 def on_cluster(cluster, command):
     """`python -m pgpong.capacity <command>` as a job on the cluster; prints its one line (Ray's own lines
-    about the runtime env and the entrypoint left out), or its logs and one line if it failed."""
+    about the runtime env and the entrypoint left out), or its logs and one line if it failed: the exit status."""
     entrypoint = f"python -m pgpong.capacity {command}"
     env = runtime_env("pong")
     logging.getLogger("ray.dashboard.modules.dashboard_sdk").setLevel(logging.WARNING)  # not "Uploading package"
@@ -124,18 +132,20 @@ def on_cluster(cluster, command):
     while not (status := cluster.ask(lambda: cluster.client.get_job_status(job_id), job_id)).is_terminal():
         time.sleep(1)
     lines = cluster.ask(lambda: cluster.client.get_job_logs(job_id), job_id).splitlines()
-    if status.value != "SUCCEEDED":
+    if status.value != "SUCCEEDED":  # a failure on the cluster, not a mistake: exit 1
         print("\n".join(lines[-20:]), file=sys.stderr)
-        raise UserError(f"the job {job_id} that runs `{entrypoint}` ended {status.value}; its logs are above")
+        print(f"the job {job_id} that runs `{entrypoint}` ended {status.value}; its logs are above", file=sys.stderr)
+        return 1
     print(lines[-1])
+    return 0
 
 
 def capacity(cluster, job_id=None):
-    on_cluster(cluster, "show")
+    return on_cluster(cluster, "show")
 
 
 def release(cluster, job_id=None):
-    on_cluster(cluster, "release")
+    return on_cluster(cluster, "release")
 
 
 INTERRUPTED = {
@@ -154,24 +164,38 @@ COMMANDS = {
 WITHOUT_ID = {"list", "capacity", "release"}
 
 
+def recorded_id():
+    """The latest submission's id, as make submit recorded it; UserError when there is none."""
+    path = last_job_file()
+    job_id = path.read_text().strip() if path.is_file() else ""
+    if not job_id:
+        raise UserError(f"no submission recorded in {path}; run `make submit` first or pass ID=<submission id>")
+    return job_id
+
+
 def main(argv=None):
-    parser = Parser(prog="jobs", description="The jobs on the Ray cluster at RAY_ADDRESS.")
+    parser = cli.Parser(prog="jobs", description="The jobs on the Ray cluster at RAY_ADDRESS.")
     parser.add_argument("command", choices=COMMANDS)
-    parser.add_argument("id", nargs="?", metavar="ID", help="a submission id (logs, status, stop-job)")
+    parser.add_argument(
+        "id", nargs="?", metavar="ID", help="a submission id (logs, status, stop-job; default: the latest)"
+    )
     args = parser.parse_args(argv)
-    if (args.id is None) != (args.command in WITHOUT_ID):
-        parser.error(f"{args.command} takes {'no ID' if args.command in WITHOUT_ID else 'one ID'}")
-    last_job_file = Path(os.environ.get("LAST_JOB_FILE") or REPO / ".last-job")
+    if args.id is not None and args.command in WITHOUT_ID:
+        parser.error(f"{args.command} takes no ID")
+    job_id = args.id or (None if args.command in WITHOUT_ID else recorded_id())
     try:
-        COMMANDS[args.command](Cluster(dashboard_address(), last_job_file), args.id)
-    except UserError as error:
-        print(f"{args.command}: {error}", file=sys.stderr)
-        return 1
+        return COMMANDS[args.command](Cluster(dashboard_address()), job_id) or 0
     except KeyboardInterrupt:  # Ctrl-C ends only this command
         print(f"{args.command}: interrupted; {INTERRUPTED.get(args.command, 'nothing was changed')}", file=sys.stderr)
-        return 130
-    return 0
+        raise
+
+
+def entry():
+    """`pong-jobs` (make logs, status, list, stop-job, capacity, release): main under the one exit contract
+    (pgpong.cli.run), each line headed by the command's name."""
+    command = next((word for word in sys.argv[1:] if word in COMMANDS), "jobs")
+    cli.run(main, command)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

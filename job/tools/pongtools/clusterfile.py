@@ -1,0 +1,99 @@
+"""What a cluster launcher config (cluster/aws.yaml, cluster/local.yaml, or a copy cluster/variant.py wrote) says:
+whether Ray's launcher takes it, the nodes and CPUs it starts at most, how its nodes get the image, the minutes
+its head's autodown watcher waits, and the port of its head's dashboard. The one reader of each, for `make up`
+(cluster/variant.py), `make run` (pongtools.launch) and the head's watcher (infra/autodown.py, which runs with
+pgpong and pongtools beside it: the YAMLs' file_mounts)."""
+
+import copy
+import os
+import re
+from pathlib import Path
+
+import yaml
+from pgpong.cli import UserError
+
+# The head's watcher, as the YAMLs' head_start_ray_commands start it (cluster/variant.py writes that command).
+AUTODOWN = "infra/autodown.py"
+NUM_CPUS = re.compile(r"--num-cpus[= ](\d+)")
+DASHBOARD_PORT = re.compile(r"--dashboard-port[= ](\d+)")
+DEFAULT_DASHBOARD_PORT = 8265  # Ray's, where `ray start --head` puts the dashboard without --dashboard-port
+
+
+def ray_refusal(config):
+    """What Ray's launcher says against a cluster config (a dict), in one line, or None when it takes it: its own
+    validator, the first thing `ray up` runs (where a refusal is a traceback), with its output kept quiet."""
+    import contextlib
+    import io
+    import logging
+
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    quiet = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+            logging.disable(logging.CRITICAL)
+            validate_config(prepare_config(copy.deepcopy(config)))
+    except Exception as e:  # noqa: BLE001 (whatever Ray's validator raises, the config is what it refuses)
+        said = (str(e).strip().splitlines() or [""])[0].strip("'")
+        return f"{type(e).__name__}: {said}"
+    finally:
+        logging.disable(logging.NOTSET)
+    return None
+
+
+def read(path):
+    """The launcher config at path as a dict, once Ray's launcher would accept it. One line (UserError) when it
+    is no YAML or Ray refuses it."""
+    try:
+        config = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as e:
+        where = getattr(e, "problem_mark", None)
+        at = f" at line {where.line + 1}" if where else ""
+        raise UserError(
+            f"cannot read the cluster config {path} ({type(e).__name__}{at}); pass CLUSTER=<file.yaml>"
+        ) from None
+    if not isinstance(config, dict):
+        raise UserError(f"the cluster config {path} is no mapping of a cluster's keys; pass CLUSTER=<file.yaml>")
+    refused = ray_refusal(config)
+    if refused:
+        raise UserError(f"Ray's launcher refuses the cluster config {path}: {refused}")
+    return config
+
+
+def size(config):
+    """(nodes, CPUs of one node) that the launcher config starts at most: the head and its workers. A YAML
+    of node types (aws.yaml) gives the head type's resources.CPU and its worker types' max_workers; a
+    list of hosts (the local provider, local.yaml) its worker_ips, and the head's --num-cpus, else this
+    machine's CPUs (Ray counts each host's own, which only the host knows)."""
+    types = config.get("available_node_types") or {}
+    head = types.get(config.get("head_node_type"), {})
+    if types:
+        workers = sum(t.get("max_workers", 0) for name, t in types.items() if name != config.get("head_node_type"))
+        workers = min(workers, config.get("max_workers", workers))
+    else:
+        workers = len(config.get("provider", {}).get("worker_ips") or [])
+    cpus = (head.get("resources") or {}).get("CPU")
+    if cpus is None:
+        found = NUM_CPUS.search(" ".join(config.get("head_start_ray_commands") or []))
+        cpus = int(found.group(1)) if found else os.cpu_count()
+    return 1 + workers, int(cpus)
+
+
+def image_path(config):
+    """The plan's path of a launcher config's image: pull where its nodes pull one (`make up IMAGE=...`), else build."""
+    return "pull" if (config.get("docker") or {}).get("pull_before_run") else "build"
+
+
+def autodown_minutes(config):
+    """The --idle-minutes of the watcher that config's head starts (0: caps only), or None when it starts none."""
+    for command in config.get("head_start_ray_commands", []):
+        if AUTODOWN in command:
+            return float(command.split("--idle-minutes", 1)[1].split()[0])
+    return None
+
+
+def dashboard_port(config):
+    """The --dashboard-port of the config's head_start_ray_commands (its Jobs API), else Ray's default."""
+    commands = config.get("head_start_ray_commands")
+    found = DASHBOARD_PORT.search(" ".join(map(str, commands if isinstance(commands, list) else [])))
+    return int(found.group(1)) if found else DEFAULT_DASHBOARD_PORT

@@ -1,0 +1,402 @@
+"""`make run`: from nothing to a trained agent on this machine, in one command, and the cluster down after.
+
+    make run ARGS="--updates 60"                      # cluster/aws.yaml: up, train, fetch, ship, down
+    make run CLUSTER=cluster/local.yaml KEEP=1        # leave the cluster up at the end
+    make run ARGS="--updates 0" MAX_HOURS=3           # no end of its own: the head's watcher stops it after 3 h
+    pong-run --cluster cluster/aws.yaml --out runs/x -- --updates 60   # by hand (.venv/bin on PATH)
+
+Before anything is launched or written (the Makefile runs it first with --check, before the variant
+copy and the token), each mistake is one line and exit 2: ARGS the trainer's own parser refuses (its
+line), KEEP other than 0 or 1, MAX_HOURS that is not hours > 0, an open-ended job (--updates 0, the
+trainer's default) without MAX_HOURS, a CLUSTER that is no YAML or one Ray's launcher refuses (its
+own validator's word), an OUT that is a file or a folder that is not empty.
+
+The job's time cap (pongtools.submit --max-hours: the head's watcher stops the job then) is MAX_HOURS, else
+a default from the plan (pongtools.plan) for the job's updates: the seconds of one update at the
+launched YAML's nodes x CPUs and the batch size, at the slowest stage of learning the plan knows (so a
+resumed run, whose episodes are longer, fits too), times the updates; plus the floor, the workers'
+bring-up in the plan (the head may train alone meanwhile) and the trainer's --actor-wait-s; all of it
+times 2, since the plan's figures are measured on other machines or assumed. A cap too short stops a
+run that a resume continues from its checkpoint; one too long bills a hung job's cluster that long.
+The `make_run step=cap` line says it and what it came from.
+
+Its stages (Stage), in order, each announced by a `make_run step=...` line, are the commands a user would type:
+1. up: `ray up -y --no-restart CLUSTER` (the Makefile passes the variant that SPOT, MIN_WORKERS, AUTODOWN
+   or IMAGE ask for); on a cluster already up (an earlier KEEP=1), Ray is not restarted: its jobs go on;
+2. tunnel: `ray dashboard` forwards the head's Jobs API to a free port here, for the steps below;
+3. submit: pongtools.submit, in this process, as `make submit` (its id also goes to LAST_JOB_FILE, for `make logs`);
+4. follow: the job's logs, as `make logs`, to the job's end, then its status;
+5. fetch: the run's metrics.jsonl and newest checkpoint from the head (`ray rsync-down`) into
+   OUT/run (a run dir on S3 is read where it is);
+6. ship: pongtools.ship and pongtools.plot, in this process, as `make ship` does, into OUT/agent: the agent
+   (pong-agent.npz, float16), its metrics and curve.png; `make play CHECKPOINT=OUT/agent` plays it;
+7. down: `ray down -y CLUSTER`, unless --keep.
+A job that fails is still fetched (what it left) and the cluster still goes down; the exit status is 1.
+Ctrl-C stops this command, never the job: it says what still runs and bills, what is known of the
+head's autodown (nothing during `ray up`: the watcher starts with the head's Ray, at its end; after it,
+autodown's last line, read through the tunnel), and the command that ends it. The last line is
+`make_run status=<the job's status> agent=<OUT/agent or -> cluster=down|up|down_failed seconds=<all of
+it>`, with `autodown=<what ends it>` where the cluster is left up: after_<N>_idle_minutes, refused or
+failed (autodown's `autodown refused ...`/`autodown failed ...` line: it will not go down by itself),
+none (no autodown), or unseen (the YAML starts one, but no line of it was read).
+"""
+
+import dataclasses
+import enum
+import json
+import math
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pgpong import cli
+from pgpong.cli import Parser, UserError, checked
+from pgpong.logline import fields, kv
+
+from pongtools import REPO, clusterfile
+from pongtools.jobs import Cluster, job_line
+from pongtools.submit import (
+    asks_for_help,
+    autodown_line,
+    connect,
+    follow,
+    hours,
+    job_packages,
+    submit,
+    trainer_config,
+)
+from pongtools.tunnel import Tunnel
+
+# What of the run on the head the agent needs: its metrics, and the newest ckpt-NNNNNN.npz found there.
+RUN_FILES = ("metrics.jsonl",)
+CHECKPOINT = re.compile(r"^ckpt-\d+\.npz$")
+# The default time cap: the plan's seconds for the job, times this, for the plan's figures measured
+# on other machines or assumed (make plan says each one's kind).
+CAP_MARGIN = 2
+
+
+class Stage(enum.Enum):
+    """make run's steps, in order: the value is its `make_run step=` word."""
+
+    CAP = "cap"
+    UP = "up"
+    SUBMIT = "submit"
+    FOLLOW = "follow"
+    FETCH = "fetch"
+    SHIP = "ship"
+    KEEP = "keep"
+    DOWN = "down"
+
+
+def say(stage, **fields_):
+    print(kv("make_run", step=stage.value, **fields_), flush=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Trained:
+    """What following a job to its end found: its final status and its trainer's start and done lines."""
+
+    status: str
+    start: dict = dataclasses.field(default_factory=dict)
+    done: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def run_dir(self):
+        return json.loads(self.start.get("config", "{}")).get("run_dir", "")
+
+
+class Lines:
+    """The job's log as it streams: written through to stdout, its trainer's start and done lines kept."""
+
+    def __init__(self):
+        self.start, self.done, self.partial = {}, {}, ""
+
+    def write(self, chunk):
+        sys.stdout.write(chunk)
+        *whole, self.partial = (self.partial + chunk).split("\n")
+        for line in whole:
+            if line.startswith("start "):
+                self.start = fields(line)
+            elif line.startswith("done "):
+                self.done = fields(line)
+
+    def flush(self):
+        sys.stdout.flush()
+
+
+def default_cap(trainer, nodes, cpus, path="build"):
+    """The default time cap of a job with trainer's config on nodes x cpus whose image comes by path (the
+    plan's build or pull), in hours, from the plan, and the fields that say how (the module's docstring
+    says why)."""
+    from pongtools.plan import endtoend, inputs, model
+
+    actors = nodes * cpus if trainer.workers == "auto" else min(nodes * cpus, int(trainer.workers))
+    nodes, cpus = math.ceil(actors / cpus), min(cpus, actors)  # the nodes the job's actors fill
+    _, stages = model.project(inputs.load_inputs(), nodes, cpus, trainer.batch_size)
+    per_update = max(stage["update"]["seconds"] for stage in stages)
+    parts, _ = endtoend.load()
+    bring_up = endtoend.timeline(parts, nodes - 1, 0.0, path)["workers"][0]
+    floor = bring_up + trainer.actor_wait_s
+    capped = math.ceil(CAP_MARGIN * (floor + trainer.updates * per_update) / 36) / 100  # up to 0.01 h
+    why = dict(updates=trainer.updates, seconds_per_update=per_update, nodes=nodes, cpus_per_node=cpus)
+    return capped, {**why, "batch_size": trainer.batch_size, "floor_s": floor, "margin": CAP_MARGIN}
+
+
+def autodown_state(line, minutes):
+    """What ends the cluster's bill by itself, (a word for the last line, a phrase for a person), from
+    autodown's last line (None: none was read) and the idle minutes of the watcher the launched YAML
+    starts (None: none; 0: one that caps jobs and never tears down)."""
+    said = fields(line or "")
+    if line and line.startswith(("autodown refused", "autodown failed")):
+        word = line.split()[1]
+        why = said.get("error") or "see make status"
+        return word, (
+            f"the teardown by its head's autodown {'was refused' if word == 'refused' else 'failed'} ({why}): it "
+            f"will not go down by itself, autodown's last line says: {line}"
+        )
+    if not minutes:
+        return "none", "no autodown tears it down: it runs until make down"
+    if line is None:
+        return "unseen", (
+            f"its head was to take it down {minutes:g} minutes after its last job, but no line of its "
+            "autodown watcher was seen"
+        )
+    return f"after_{minutes:g}_idle_minutes", f"its head takes it down {minutes:g} minutes after its last job"
+
+
+def ray(*words, **kwargs):
+    """A `ray` CLI command as a user would type it, its output into ours; its exit status."""
+    return subprocess.run(["ray", *words], stdin=subprocess.DEVNULL, **kwargs).returncode
+
+
+class Launch:
+    """One `make run`: the stage it reached and what it started, so that the end (or Ctrl-C) can say what
+    still runs."""
+
+    def __init__(self, a, config):
+        self.a, self.config, self.started = a, config, time.monotonic()
+        self.stage = Stage.CAP
+        self.ready = False  # `ray up` succeeded: the head runs, and its watcher if the YAML starts one
+        self.watcher = None  # autodown's last line, as last read through the tunnel
+        self.address = None  # the tunnel's, while it is open
+        self.job_id = None
+
+    def enter(self, stage, **fields_):
+        self.stage = stage
+        say(stage, **fields_)
+
+    def read_watcher(self):
+        """Read autodown's last line on the head through the tunnel, kept for the end's and Ctrl-C's words;
+        the one read before stays where none can be read now."""
+        try:
+            self.watcher = autodown_line(connect(self.address)) or self.watcher
+        except (UserError, RuntimeError, OSError, ValueError):
+            pass
+
+    def autodown(self):
+        """(a word, a phrase) for what ends the bill by itself: autodown_state, or unknown before `ray up` succeeded."""
+        if not self.ready:
+            return "unknown", "`ray up` did not finish, so whether its head runs an autodown watcher is not known"
+        return autodown_state(self.watcher, clusterfile.autodown_minutes(self.config))
+
+    def train(self):
+        """Submit and follow, in this process: the job's Trained."""
+        self.enter(Stage.SUBMIT, job=self.a.job, address=self.address)
+        try:
+            submitted = submit(self.a.job, self.a.trainer_args, self.a.max_hours, self.address)
+        except UserError as error:
+            print(f"submit: {error}", file=sys.stderr, flush=True)
+            return Trained("NOT_SUBMITTED")
+        print(submitted.line(), flush=True)
+        self.job_id = submitted.id
+        self.read_watcher()
+        self.enter(Stage.FOLLOW, job=self.job_id)
+        lines = Lines()
+        try:  # as `make logs`: the job's lines to its end, then its status line
+            cluster = Cluster(self.address)
+            status = cluster.ask(lambda: follow(cluster.client, self.job_id, out=lines), self.job_id)
+            print(job_line(cluster.info(self.job_id)), flush=True)
+        except UserError as error:
+            print(f"logs: {error}", file=sys.stderr, flush=True)
+            status = "UNKNOWN"
+        return Trained(status, lines.start, lines.done)
+
+    def fetch(self, run_dir):
+        """The run dir's files the agent needs, here in OUT/run; that folder, or the S3 run dir itself."""
+        if run_dir.startswith("s3://"):
+            return run_dir
+        local = self.a.out / "run"
+        local.mkdir(parents=True, exist_ok=True)
+        listed = subprocess.run(
+            ["ray", "exec", self.a.cluster, f"ls -1 {shlex.quote(run_dir)}"],
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+        )
+        names = [line.strip() for line in listed.stdout.splitlines()]
+        checkpoints = sorted(name for name in names if CHECKPOINT.match(name))
+        wanted = [name for name in RUN_FILES if name in names] + checkpoints[-1:]
+        for name in wanted:
+            if ray("rsync-down", self.a.cluster, f"{run_dir.rstrip('/')}/{name}", str(local / name)):
+                raise RuntimeError(f"`ray rsync-down` of {run_dir}/{name} failed")
+        self.enter(Stage.FETCH, run_dir=run_dir, to=local, files=",".join(wanted) or "none")
+        return local if checkpoints else None
+
+    def ship(self, run):
+        """The agent in OUT/agent, and its curve, by pongtools.ship and pongtools.plot in this process."""
+        from pongtools import plot, ship  # matplotlib: only once there is a run to ship
+
+        self.stage, agent = Stage.SHIP, self.a.out / "agent"
+        try:
+            ship.main([str(run), "--out", str(agent)])
+            plot.main([str(agent), "--out", str(agent / "curve.png")])
+        except UserError as error:
+            raise RuntimeError(f"shipping the run {run} failed: {error}") from None
+        return agent
+
+    def down(self):
+        """`ray down`, unless --keep: the cluster's word for the last line."""
+        if self.a.keep:
+            self.enter(Stage.KEEP, note=f"the cluster runs and bills ({self.autodown()[1]}); end it: {self.ender()}")
+            return "up"
+        self.enter(Stage.DOWN, cluster=self.a.cluster)
+        if ray("down", "-y", self.a.cluster) == 0:
+            return "down"
+        print(f"make_run: `ray down` failed; the cluster may still bill: {self.autodown()[1]}", file=sys.stderr)
+        return "down_failed"
+
+    def ender(self):
+        return f"make down CLUSTER={self.a.down_cluster}"
+
+    def interrupted(self):
+        """What Ctrl-C leaves, what is known of what ends it, and how to end it."""
+        if self.stage is Stage.CAP:
+            return
+        running = f"the job {self.job_id} runs on; " if self.job_id else ""
+        if self.ready:
+            state = f"the cluster {self.a.down_cluster} is up and billing ({self.autodown()[1]})"
+        else:  # the head's watcher starts with its Ray, the last of `ray up`: whether it got there is unknown
+            state = (
+                f"`ray up` of {self.a.down_cluster} was cut short: its nodes may be up and billing, and whether its "
+                "head started an autodown watcher is not known (it starts last)"
+            )
+        again = f"Follow it again: make dashboard, then make logs ID={self.job_id}. " if self.job_id else ""
+        print(
+            f"make_run: interrupted; {running}{state}. {again}End it all (the job with it): {self.ender()}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def run(self):
+        """Every stage, the cluster down (or kept) however they end; the exit status."""
+        trained, agent = Trained("NOT_STARTED"), None
+        self.enter(Stage.UP, cluster=self.a.cluster)
+        try:
+            if ray("up", "-y", "--no-restart", self.a.cluster) != 0:
+                trained = Trained("UP_FAILED")
+            else:
+                self.ready = True
+                with Tunnel(self.a.cluster, clusterfile.dashboard_port(self.config)) as tunnel:
+                    self.address = tunnel.address
+                    self.read_watcher()
+                    trained = self.train()
+                    self.read_watcher()
+                run = self.fetch(trained.run_dir) if trained.run_dir else None
+                agent = self.ship(run) if run is not None else None
+        except (RuntimeError, OSError) as error:
+            print(f"make_run: {error}", file=sys.stderr, flush=True)
+            trained = trained if trained.status != "NOT_STARTED" else Trained("ERROR")
+        cluster = self.down()
+        left_up = {"autodown": self.autodown()[0]} if cluster != "down" else {}
+        seconds = round(time.monotonic() - self.started, 1)
+        say_end = dict(status=trained.status, job=self.job_id or "-", agent=agent or "-", cluster=cluster)
+        print(kv("make_run", **say_end, **left_up, seconds=seconds), flush=True)
+        return 0 if trained.status == "SUCCEEDED" and agent and cluster in ("down", "up") else 1
+
+
+def keep(text):
+    """KEEP: 1 or 0 and nothing else, since a KEEP=no read as "not 0" would keep a cluster billing."""
+    if text not in ("0", "1"):
+        raise ValueError
+    return text == "1"
+
+
+def check(a):
+    """Every mistake of the command line as a UserError, before anything is launched or written;
+    (the launcher config, the trainer's config of ARGS)."""
+    if not Path(a.cluster).is_file():
+        raise UserError(f"cluster config {a.cluster} does not exist; pass CLUSTER=<file.yaml>")
+    if a.out.exists() and not a.out.is_dir():
+        raise UserError(f"OUT={a.out} is a file; pass OUT=<a new folder>")
+    if a.out.exists() and any(a.out.iterdir()):
+        raise UserError(f"{a.out} is not empty; pass OUT=<a new folder>")
+    config = clusterfile.read(a.cluster)
+    jobs = job_packages()
+    if a.job not in jobs:
+        raise UserError(f"unknown job '{a.job}'; the jobs under job/ are: {', '.join(jobs) or 'none'}")
+    if asks_for_help(a.trainer_args):
+        raise UserError(
+            "ARGS ask the trainer for its help, for which make run would launch a cluster: make train ARGS=--help"
+        )
+    trainer = trainer_config(a.job, jobs[a.job], a.trainer_args)  # its own line and exit 2 if it refuses them
+    if trainer.updates == 0 and not a.max_hours:
+        raise UserError(
+            "an open-ended job (--updates 0, the trainer's default) needs a time cap on a cluster: pass "
+            'MAX_HOURS=<hours> (the head\'s watcher stops the job then) or ARGS="--updates N"'
+        )
+    return config, trainer
+
+
+def main(argv=None):
+    p = Parser(prog="launch", description=__doc__.splitlines()[0])
+    p.add_argument("--cluster", required=True, help="the launcher config `ray up` launches (CLUSTER or its variant)")
+    p.add_argument("--down-cluster", help="the config the messages name for `make down` (default: --cluster)")
+    p.add_argument("--job", default="pong", help="a folder under job/ (JOB)")
+    p.add_argument("--out", type=Path, help="the local folder for the run and the agent (default runs/<time>)")
+    p.add_argument(
+        "--keep",
+        type=checked(keep, "0 or 1 (KEEP=1 leaves the cluster up at the end, KEEP=0 takes it down)"),
+        default=False,
+        help="1: leave the cluster up at the end (KEEP; 0, the default, takes it down)",
+    )
+    p.add_argument(
+        "--max-hours",
+        type=checked(hours, "a number of hours > 0 (MAX_HOURS)"),
+        help="the job's time cap (MAX_HOURS; default: from the plan for its updates, see above)",
+    )
+    p.add_argument("--check", action="store_true", help="check the command line, then exit 0: launch nothing")
+    p.add_argument("trainer_args", nargs="*", metavar="-- ARGS", help="passed on to the job's trainer (ARGS)")
+    a = p.parse_args(argv)
+    a.down_cluster = a.down_cluster or a.cluster
+    a.out = a.out or REPO / "runs" / time.strftime("%Y%m%d-%H%M%S")
+    config, trainer = check(a)
+    if a.check:
+        return 0
+    if a.max_hours:
+        say(Stage.CAP, max_hours=a.max_hours, source="MAX_HOURS")
+    else:
+        capped, why = default_cap(trainer, *clusterfile.size(config), clusterfile.image_path(config))
+        a.max_hours = f"{capped:g}"
+        say(Stage.CAP, max_hours=a.max_hours, source="plan", **why)
+    launch = Launch(a, config)
+    # Ctrl-C ends this command even when it was started with SIGINT ignored (as `cmd &` in a script
+    # starts it), which Python would otherwise keep: the message below must come.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return launch.run()
+    except KeyboardInterrupt:
+        launch.interrupted()
+        raise
+
+
+def entry():
+    """`pong-run` (make run): main under the one exit contract (pgpong.cli.run)."""
+    cli.run(main)
+
+
+if __name__ == "__main__":
+    entry()
