@@ -38,6 +38,7 @@ reach (no credentials, no network) is one line and exit 1.
 """
 
 import copy
+import math
 import re
 import shlex
 import sys
@@ -253,7 +254,8 @@ def max_node_hours(config):
 
 
 def with_max_node_hours(config, hours):
-    """A copy of config whose backstop step ends each node `hours` after its setup. ValueError without one."""
+    """A copy of config whose backstop ends each node `hours` after its setup (the step) and after its first boot
+    (every node type's UserData). ValueError without one step."""
     found = backstop_steps(config)
     if len(found) != 1:
         raise ValueError(
@@ -262,7 +264,18 @@ def with_max_node_hours(config, hours):
     config = copy.deepcopy(config)
     ((n, match),) = found
     config["initialization_commands"][n] = f"{match.group(1)} {hours:g}"
+    for node_type in (config.get("available_node_types") or {}).values():
+        node_type["node_config"]["UserData"] = boot_backstop(hours)
     return config
+
+
+def boot_backstop(hours):
+    """The backstop as EC2 UserData: a script Ubuntu's cloud-init runs once, as root, at the node's first boot,
+    so that a node that never reaches initialization_commands still powers off (and EC2 terminates it) `hours`
+    after it booted. Whole minutes, rounded up, as backstop.sh schedules them."""
+    minutes = math.ceil(hours * 60)
+    why = f"pong backstop: this node ends {hours:g} hours after its first boot (MAX_NODE_HOURS)"
+    return f'#!/bin/bash\nshutdown -P +{minutes} "{why}"\n'
 
 
 # A registry of Amazon ECR: <account>.dkr.ecr.<region>.amazonaws.com (.com.cn in China's regions).

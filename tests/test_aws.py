@@ -25,6 +25,7 @@ than faked in our code:
 Spot instances are only requested of moto here: no real spot instance was ever started.
 """
 
+import base64
 import copy
 import json
 import re
@@ -272,11 +273,23 @@ def test_the_launched_copy_makes_every_node_end_itself_with_no_right_needed(aws,
     assert len(calls) >= 2 and {call.get("InstanceInitiatedShutdownBehavior") for call in calls} == {"terminate"}
     behaviors = shutdown_behaviors([i for ids in launched.values() for i in ids])
     assert set(behaviors.values()) == {"terminate"}, behaviors
-    # What moto does without the field: EC2's default, so the check above could fail.
+    # From the first boot too: every instance holds the UserData script that powers it off 6 hours (360
+    # minutes) after it booted, for cloud-init to run before SSH or Ray.
+    scripts = boot_scripts([i for ids in launched.values() for i in ids])
+    assert {s.splitlines()[1].split('"')[0] for s in scripts.values()} == {"shutdown -P +360 "}, scripts
+    # What moto does without the fields: EC2's default, so the checks above could fail.
     (plain,) = boto("ec2").run_instances(ImageId=UBUNTU_AMI, InstanceType="c5.9xlarge", MinCount=1, MaxCount=1)[
         "Instances"
     ]
     assert shutdown_behaviors([plain["InstanceId"]]) == {plain["InstanceId"]: "stop"}
+    assert boot_scripts([plain["InstanceId"]]) == {plain["InstanceId"]: ""}
+
+
+def boot_scripts(ids):
+    """{instance id: its UserData as text ("" for none)}, as EC2 describes each instance's attribute (base64)."""
+    ec2 = boto("ec2")
+    found = {i: ec2.describe_instance_attribute(InstanceId=i, Attribute="userData")["UserData"] for i in ids}
+    return {i: base64.b64decode(data.get("Value", "")).decode() for i, data in found.items()}
 
 
 def launch_as_ray_does(booted):

@@ -488,12 +488,22 @@ def test_every_aws_node_ends_itself_after_max_node_hours_first_of_all(tmp_path):
     assert config["initialization_commands"][0] == f"bash {host_copy}/tmp/pong-build/infra/backstop.sh 4"
     assert (REPO / "infra" / "backstop.sh").exists() and config["file_mounts"]["/tmp/pong-build/infra"] == "./infra"
     assert "backstop.sh" not in " ".join(prepared(REPO / "cluster" / "local.yaml")["initialization_commands"])
+    # From the first boot too, before SSH: every type's UserData is the script variant writes for those 4 hours.
+    sys.path.insert(0, str(REPO / "cluster"))
+    from variant import boot_backstop
 
-    # MAX_NODE_HOURS=8: that step alone differs, and the line says it.
+    booted = {name: t["node_config"].get("UserData") for name, t in types.items()}
+    assert booted == dict.fromkeys(types, boot_backstop(4)), booted
+    assert boot_backstop(4).splitlines()[1].startswith("shutdown -P +240 ")
+
+    # MAX_NODE_HOURS=8: that step and the UserData alone differ, and the line says it.
     made, variant = write_variant(tmp_path, "--max-node-hours", "8")
     assert made.returncode == 0 and fields(made.stdout.strip())["max_node_hours"] == "8", made.stdout + made.stderr
     assert variant["initialization_commands"][0] == f"bash {host_copy}/tmp/pong-build/infra/backstop.sh 8"
     variant["initialization_commands"][0] = config["initialization_commands"][0]
+    for name, node_type in variant["available_node_types"].items():
+        assert node_type["node_config"]["UserData"].splitlines()[1].startswith("shutdown -P +480 "), name
+        node_type["node_config"]["UserData"] = boot_backstop(4)
     assert variant == config
 
 
