@@ -489,7 +489,6 @@ def test_every_aws_node_ends_itself_after_max_node_hours_first_of_all(tmp_path):
     assert (REPO / "infra" / "backstop.sh").exists() and config["file_mounts"]["/tmp/pong-build/infra"] == "./infra"
     assert "backstop.sh" not in " ".join(prepared(REPO / "cluster" / "local.yaml")["initialization_commands"])
     # From the first boot too, before SSH: every type's UserData is the script variant writes for those 4 hours.
-    sys.path.insert(0, str(REPO / "cluster"))
     from variant import boot_backstop
 
     booted = {name: t["node_config"].get("UserData") for name, t in types.items()}
