@@ -407,7 +407,7 @@ compare: $(INSTALLED) ## Running reward of the run dirs RUNS at AT episodes (ARG
 # cog (cogapp) runs the Python in a Markdown comment beside each sample and writes its output below it
 # (docs/development.md#the-docs); pongtools.samples holds what those comments call.
 DOCS_PAGES = README.md $(wildcard docs/*.md)
-COG = cog -p "from pongtools.samples import judge_tables, line_of, saved, shell, span, table"
+COG = cog -p "from pongtools.samples import judge_tables, line_of, milestone_table, run_table, saved, shell, span, table"
 # `make docs` rewrites the pages (-r); tests/test_docs.py runs it with COG_ACTION=--check, which fails on a stale one.
 COG_ACTION ?= -r
 

@@ -63,7 +63,7 @@ def test_the_committed_agents_load_whole_and_play(folder, batch_size, tmp_path):
     """job/tools/runs/agent (batch 300's, `make play` plays it with no CHECKPOINT) and agent-b50 (the batch-50
     agent shipped before it) as committed: float16 weights and every metrics line up to their update.
     A trained agent scores: an untrained one takes 0-2 points a game off the built-in AI, these won 169
-    and 163 of 200 games (docs/results.md)."""
+    and 163 of 200 games (docs/history.md)."""
     shipped = REPO / "job" / "tools" / "runs" / folder
     agent = Run(shipped).load_weights(AGENT_FILE)
     assert agent.cache is None and agent.config["batch_size"] == batch_size, agent.config

@@ -1,6 +1,7 @@
 """pongtools.samples, the docs' sample writer: a pasted sample of an earlier run is kept only with the date,
 commit and machine that made it (the rest of it, cog's blocks, tests/test_docs.py checks on the pages)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -82,3 +83,66 @@ def test_a_saved_sample_runs_a_command_named_twice_twice(tmp_path):
 )
 def test_a_figure_over_seeds_is_shown_as_a_range_and_one_seeds_as_itself(value, kwargs, shown):
     assert samples.span(value, **kwargs) == shown
+
+
+def write_run(folder, rewards, steps=100_000, batch=10):
+    """A run dir with one metrics line per update: its running rewards in order."""
+    folder.mkdir()
+    lines = [
+        json.dumps(
+            {"update": u, "total_episodes": u * batch, "episodes": batch, "env_steps": steps, "running_reward": r}
+        )
+        for u, r in enumerate(rewards, 1)
+    ]
+    (folder / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def judge_sample(folder, name, update, seeds="0-19"):
+    line = (
+        f"judge checkpoint=x update={update} policy=greedy seeds={seeds} games=200 games_won=150 agent_points=4000"
+        " computer_points=3000 mean_point_difference=5 seeds_above_0=19 need=18 verdict=beats_ai"
+    )
+    (folder / f"{name}.txt").write_text(f"# Made on ...\n$ make judge\n{line}\n")
+
+
+def test_a_committed_runs_table_is_its_metrics_with_its_milestones_bold_and_its_saved_judges(tmp_path, monkeypatch):
+    run = write_run(tmp_path / "run", [-20.0, -1.0, 0.5, -0.2, 2.5, 3.0])
+    judge_sample(tmp_path, "j5", 5)
+    written = []
+    monkeypatch.setattr(samples, "out", written.append)
+    samples.run_table(run, [1, 3, 4, 5, 6], ["j5"], folder=tmp_path)
+    rows = written[0].splitlines()
+    assert rows[2:] == [
+        "| 1 | 10 | 0.1 M | -20.00 |  |",
+        "| **3** | **30** | **0.3 M** | **+0.50** |  |",  # the first at a running reward of 0
+        "| 4 | 40 | 0.4 M | -0.20 |  |",
+        "| **5** | **50** | **0.5 M** | **+2.50** | seeds 0-19: +5.00 a game, 19 seeds above 0, 150 of 200 won"
+        " ([sample](samples/j5.txt)) |",  # the first at +2, and its saved judge
+        "| 6 | 60 | 0.6 M | +3.00 |  |",
+    ]
+
+
+def test_a_saved_judge_of_an_update_the_table_leaves_out_is_refused(tmp_path, monkeypatch):
+    run = write_run(tmp_path / "run", [-20.0, -1.0, 0.5])
+    judge_sample(tmp_path, "j2", 2)
+    monkeypatch.setattr(samples, "out", lambda text: None)
+    with pytest.raises(LookupError, match="j2 is of update 2"):
+        samples.run_table(run, [1, 3], ["j2"], folder=tmp_path)
+
+
+def test_the_milestone_table_is_the_milestone_lines_a_plan_prints(monkeypatch):
+    lines = [
+        "milestone name=running_reward_0 updates=33..37 seeds=0,1 episodes=9900..11100 hours=0.03388..0.03872"
+        " dollars=0.5702..0.6516",
+        "milestone name=play_criterion updates=160 seeds=0 episodes=8000 hours=0.1061 dollars=1.786",
+    ]
+    written = []
+    monkeypatch.setattr(samples, "out", written.append)
+    samples.milestone_table("printf '%s\\n' " + " ".join(f"'{line}'" for line in ["plan x=1", *lines]))
+    assert written[0].splitlines()[2:] == [
+        "| running reward 0 | 33-37 | 9,900-11,100 | 0,1 | 2.0-2.3 | $0.57-$0.65 |",
+        "| beats the built-in AI (`make judge`) | 160 | 8,000 | 0 | 6.4 | $1.79 |",
+    ]
+    with pytest.raises(LookupError, match="no milestone line"):
+        samples.milestone_table("echo plan x=1")

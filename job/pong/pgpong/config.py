@@ -15,7 +15,7 @@ DEFAULT_RUNS = "~/pong-runs"
 KARPATHY_LEARNING_RATE = 1e-4  # pg-pong's own step size: the reference, one flag away
 DECAY_RATE = 0.99  # pg-pong's RMSProp decay of the squared-gradient average
 # RMSProp's start when --rmsprop-start is not given: the corrected one, ahead of pg-pong's zero
-# start at batch 10 and 300 and level at 50 (docs/results.md, "RMSProp's first steps").
+# start at batch 10 and 300 and level at 50 (docs/history.md, "RMSProp's first steps").
 DEFAULT_START = "corrected"
 # The optimizer fields of a run made before they existed: pg-pong's zero start and decay.
 OPTIMIZER_BEFORE_FIELDS = {"rmsprop_start": "zero", "rmsprop_decay": DECAY_RATE}

@@ -45,8 +45,10 @@ from pathlib import Path
 
 from pgpong.cli import Parser, fail, run
 from pgpong.logline import fields, kv
+from pgpong.run import Run
 
 from pongtools import REPO
+from pongtools.plan.milestones import THRESHOLDS, point
 
 SAMPLES = REPO / "docs" / "samples"
 MAKE_ERROR = re.compile(r"^(make(?:\[\d+\])?: \*\*\* )\[Makefile:\d+: ([^\]]+)\]")
@@ -173,6 +175,63 @@ def judge_tables(name):
         rows.insert(1, "|" + " --- |" * (len(cells["seed"]) + 1))
         text.append("\n".join(rows) + "\n")
     out("\n".join(text))
+
+
+def judged(name, folder=SAMPLES):
+    """The `judge` line of the saved `make judge` sample `name`, as a table cell: its seeds, the mean point
+    difference, the seeds above 0 and the games won, with a link to the sample."""
+    lines = (folder / f"{name}.txt").read_text().splitlines()
+    [j] = [fields(line) for line in lines if line.startswith("judge ")]
+    return (
+        f"seeds {j['seeds']}: {float(j['mean_point_difference']):+.2f} a game, {j['seeds_above_0']} seeds above 0,"
+        f" {j['games_won']} of {j['games']} won ([sample](samples/{name}.txt))"
+    ), int(j["update"])
+
+
+def run_table(run, updates, judges=(), folder=SAMPLES):
+    """Write a committed run's table from its own metrics: at each of `updates` its episodes, env steps and
+    running reward, the first update at a running reward of 0 and of +2 in bold (read as the plan reads its
+    milestones); judges: saved `make judge` samples of its checkpoints, each in its update's row, so that a
+    judged figure on a page is one a saved sample holds (a sample of an update not in the table fails)."""
+    records = Run(str(REPO / run)).metrics()
+    firsts = {next((r["update"] for r in records if r["running_reward"] >= t), None) for _, t in THRESHOLDS}
+    cells = {}
+    for name in judges:
+        cell, update = judged(name, folder)
+        if update not in updates:
+            raise LookupError(f"the judge sample {name} is of update {update}, not a row of {updates}")
+        cells.setdefault(update, []).append(cell)
+    reward = {r["update"]: r["running_reward"] for r in records}
+    rows = ["| update | episodes | env steps | running reward | greedy, `make judge` |", "|" + " --- |" * 5]
+    for u in updates:
+        at = point(records, u)
+        row = [f"{u}", f"{at['episodes']:,}", f"{at['env_steps'] / 1e6:.1f} M", f"{reward[u]:+.2f}"]
+        row = [f"**{c}**" for c in row] if u in firsts else row
+        rows.append(f"| {' | '.join(row)} | {'; '.join(cells.get(u, []))} |")
+    out("\n".join(rows) + "\n")
+
+
+MILESTONE_NAMES = {
+    "running_reward_0": "running reward 0",
+    "play_criterion": "beats the built-in AI (`make judge`)",
+    "running_reward_2": "running reward +2",
+}
+
+
+def milestone_table(command):
+    """Write the `milestone` lines a `make plan` prints as a table: each milestone's updates and episodes (a range
+    over the seeds measured), and the minutes and dollars of training it projects."""
+    rows = ["| milestone | updates | episodes | seeds | minutes of training | $ on demand |", "|" + " --- |" * 6]
+    for line in transcript(command)[1:]:
+        if line.startswith("milestone "):
+            m = fields(line)
+            episodes = "-".join(f"{int(e):,}" for e in m["episodes"].split(".."))
+            cells = [MILESTONE_NAMES.get(m["name"], m["name"]), span(m["updates"]), episodes, m["seeds"]]
+            cells += [span(m["hours"], 60, 1), span(m["dollars"], digits=2, form="${}")]
+            rows.append(f"| {' | '.join(cells)} |")
+    if len(rows) == 2:
+        raise LookupError(f"`{command}` printed no milestone line")
+    out("\n".join(rows) + "\n")
 
 
 def save(name, commands, keep=None, tail=None, folder=SAMPLES):
