@@ -5,16 +5,19 @@ job/tools/pongtools/plan/).
 
     make image && PYTHONPATH=tests .venv/bin/python -m harness.node_setup [--runs 3]   # minutes; root, Docker
 
-Each Docker run starts from infra/build-image.sh's local OS image (pong-debian-os, debootstrap's minbase
-of bookworm from Debian's archive, its apt sources those of debian:bookworm-slim, no package lists), which
-`make image` imports where Docker Hub cannot be reached. Timed apart:
+`make image` builds both images it starts from, where Docker Hub cannot be reached (this machine).
 
-1. in a new container as root, `apt-get update` and `apt-get install -y docker.io acl`: cluster/aws.yaml's
-   first initialization command;
+Timed apart, each run:
+
+1. in a new container of infra/build-image.sh's base (pong-debian-base: Debian 12 with Python, ssh, sudo and
+   CA certificates, as an Ubuntu server AMI has them; no package lists), as root, `apt-get update` and
+   `apt-get install -y docker.io acl`: cluster/aws.yaml's first initialization command;
 2. then, in it, `apt-get update` and `apt-get install -y amazon-ecr-credential-helper`: the pull path's
    own apt run (cluster/variant.py's pull_command, before it pulls from ECR);
-3. `docker build --no-cache` of infra/base.Dockerfile from that OS image: the build path's base on a node
-   (its apt step from Debian's mirror, Ray's image user, the empty venv), each step in a fresh container.
+3. `docker build --no-cache` of infra/base.Dockerfile from build-image.sh's local OS image (pong-debian-os,
+   debootstrap's minbase of bookworm, its apt sources those of debian:bookworm-slim, no package lists):
+   the build path's base on a node (its apt step from Debian's mirror, Ray's image user, the empty venv),
+   each step in a fresh container.
 
 Wheels: `pip download` of the lock requirements.txt into an empty folder, no cache, as build-image.sh
 downloads it (on a node the image's build does, from PyPI).
@@ -36,7 +39,8 @@ from pathlib import Path
 
 from harness import REPO
 
-BASE = "pong-debian-os:bookworm-minbase"  # infra/build-image.sh's local OS image: Debian 12, no lists
+BASE = "pong-debian-base:bookworm-py311-slim"  # infra/build-image.sh's base: Debian 12, Python, no lists
+OS_IMAGE = "pong-debian-os:bookworm-minbase"  # its local OS image, debootstrap's minbase: what the base starts from
 RECIPE = REPO / "infra" / "base.Dockerfile"
 # Each step prints `step=<name> seconds=<s>` after apt's own output (minbase has no bc: awk subtracts).
 STEPS = r"""
@@ -81,14 +85,14 @@ def docker_install():
 
 
 def base_build():
-    """Seconds of building infra/base.Dockerfile from BASE with no cache, as a node builds it from its
+    """Seconds of building infra/base.Dockerfile from OS_IMAGE with no cache, as a node builds it from its
     OS image (an empty context: the recipe copies nothing); the image it made is removed after."""
     tag = "pong-node-setup-base:timing"
     with tempfile.TemporaryDirectory() as folder:
         started = time.monotonic()
         done = subprocess.run(
             ["docker", "build", "--no-cache", "--quiet", "--file", str(RECIPE), "--tag", tag]
-            + ["--build-arg", f"OS_IMAGE={BASE}", folder],
+            + ["--build-arg", f"OS_IMAGE={OS_IMAGE}", folder],
             capture_output=True,
             text=True,
             timeout=1800,
@@ -103,9 +107,11 @@ def base_build():
 
 def os_image_mb():
     """The OS image's size unpacked, in MB, as docker image inspect gives it."""
-    done = subprocess.run(["docker", "image", "inspect", "--format", "{{.Size}}", BASE], capture_output=True, text=True)
+    done = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{.Size}}", OS_IMAGE], capture_output=True, text=True
+    )
     if done.returncode:
-        raise SystemExit(f"node_setup: no {BASE} here; run `LOCAL_BASE=1 make image` first (it imports it)")
+        raise SystemExit(f"node_setup: no {OS_IMAGE} here; run `LOCAL_BASE=1 make image` first (it imports it)")
     return int(done.stdout) / 1e6
 
 
@@ -153,7 +159,7 @@ def main():
         print(f"wheels_download run={n} seconds={seconds:.1f} mb={mb:.1f} mb_per_s={mb / seconds:.1f}", flush=True)
     print(summary("docker_install", docker, base=BASE))
     print(summary("ecr_helper_install", helper, base=BASE))
-    print(summary("base_build", base, recipe="infra/base.Dockerfile", os_image=BASE, os_image_mb=f"{size:.1f}"))
+    print(summary("base_build", base, recipe="infra/base.Dockerfile", os_image=OS_IMAGE, os_image_mb=f"{size:.1f}"))
     rates = [mb / s for s, mb in wheels]
     print(
         summary("wheels_download", [s for s, _ in wheels], mb=f"{wheels[0][1]:.1f}")
