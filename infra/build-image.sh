@@ -136,7 +136,9 @@ local_base() {
 }
 
 save_local_base() {
-    docker save --output "$local_base_tar.part" "$base_image" && mv "$local_base_tar.part" "$local_base_tar"
+    # Readable by all: hosts that build as another user (ubuntu on the AWS-like test hosts) load it too.
+    docker save --output "$local_base_tar.part" "$base_image" && chmod 0644 "$local_base_tar.part" \
+        && mv "$local_base_tar.part" "$local_base_tar"
 }
 
 can_have_local_base() {
