@@ -699,9 +699,9 @@ def test_the_pull_path_replaces_the_build_on_the_head_and_on_the_workers():
 
 
 def sample_line(name, first_word):
-    """(header, {key: value}) of the line of docs/samples/<name>.txt that starts with first_word."""
+    """(header, {key: value}) of the last line of docs/samples/<name>.txt that starts with first_word."""
     header, *lines = (REPO / "docs" / "samples" / f"{name}.txt").read_text().splitlines()
-    return header, fields(only("\n".join(lines), first_word + " ")[0])
+    return header, fields(only("\n".join(lines), first_word + " ")[-1])  # the summary: after the runs
 
 
 def test_the_image_figures_are_those_of_the_latest_samples_of_the_harness():
