@@ -1,33 +1,41 @@
 #!/usr/bin/env bash
-# Builds the cluster image from infra/Dockerfile and tags it with IMAGE from infra/image.env.
+# Builds the cluster image and tags it with IMAGE from infra/image.env: first its base from
+# infra/base.Dockerfile (Debian 12, Python 3.11, Ray's image user), then infra/Dockerfile on top
+# (pip installs the lock requirements.txt, Ray included).
 #
-#   infra/build-image.sh                Ray's image as the base if it can be pulled, else a local one
-#   LOCAL_BASE=1 infra/build-image.sh   always the local base: skips the pull
+#   infra/build-image.sh                debian:bookworm-slim as the OS if it can be pulled, else a local one
+#   LOCAL_BASE=1 infra/build-image.sh   always the local OS root: skips the pull
 #   make image                          the first line
 #
 # The cluster launcher runs this on every node before it starts the node's container
 # (initialization_commands in cluster/*.yaml), so a node needs no image registry of ours.
 #
-# Two bases:
-#   registry  BASE_IMAGE (the Dockerfile's default, Ray's own image) pulled from Docker Hub;
-#             pip inside the build installs from PyPI. What AWS nodes and most machines do.
+# One recipe, two OS roots under it:
+#   registry  OS_IMAGE (base.Dockerfile's default, Docker Hub's debian:bookworm-slim) pulled;
+#             apt inside the base's build installs from Debian's mirror, pip inside the
+#             image's build from PyPI. What AWS nodes and most machines do.
 #   local     for machines that reach Debian's mirror and PyPI but no image registry: a
-#             Debian 12 root made by debootstrap that runs as Ray's image does (user ray,
-#             uid 1000, gid 100, HOME /home/ray, passwordless sudo, /root 0700, a Python 3.11
-#             venv owned by ray at /home/ray/venv with Ray and the packages of
-#             infra/local-base.txt at other versions than the lock's), imported into
-#             Docker; pip inside the build installs only from a wheelhouse that pip
-#             downloads here first, checked against the lock's hashes. Making it needs root
-#             and the debootstrap package; a host that finds it made in the cache (below)
-#             needs neither.
+#             Debian 12 root made by debootstrap (--variant=minbase bookworm, nothing more;
+#             its apt sources listed as debian:bookworm-slim lists them) imported into
+#             Docker as the OS image's stand-in, and the SAME base.Dockerfile built from it
+#             (apt reaches Debian's mirror from the build). The base is then saved in the
+#             cache, so hosts whose engine reaches no mirror (tests/harness/hosts.py) load
+#             it instead of building it. pip inside the image's build installs only from a
+#             wheelhouse that pip downloads here first, checked against the lock's hashes.
+#             Making the root needs root and the debootstrap package; a host that finds the
+#             base made (in the engine or the cache) needs neither.
+#   So the tests build what AWS builds; only the OS root differs: Docker Hub's debian:bookworm-slim
+#   against debootstrap's minbase of the same release (its size: the `os` line this prints).
 #
-# A host that can pull neither Ray's image nor find the local base made, and is not root (an
+# A host that can neither pull the OS image nor find the local base made, and is not root (an
 # AWS node, whose build runs as ubuntu), stops with one line that gives the pull's own error.
 #
-# Both are cached: the Debian root in .cache/image/, the wheels in .cache/wheelhouse/ (made
-# again when requirements.txt changes), the layers in Docker. Delete .cache/ to start over.
+# All is cached: the Debian root and the local base in .cache/image/ (the base's file is named
+# after base.Dockerfile's hash, so an edited recipe is built again), the wheels in
+# .cache/wheelhouse/ (made again when requirements.txt changes), the layers in Docker. Delete
+# .cache/ to start over.
 #
-# Settings (environment): LOCAL_BASE=1, BASE_IMAGE, DEBIAN_MIRROR (default
+# Settings (environment): LOCAL_BASE=1, OS_IMAGE, DEBIAN_MIRROR (default
 # http://deb.debian.org/debian), PYTHON (the Python 3.11 that downloads wheels; default
 # .venv/bin/python, else python3).
 set -eu -o pipefail
@@ -42,22 +50,20 @@ die() { echo "build-image: $*" >&2; exit 1; }
 
 image="$(sed -n 's/^IMAGE=//p' "$here/image.env")"
 [[ -n "$image" ]] || die "infra/image.env has no IMAGE= line; put the image name there"
-# The registry base is the Dockerfile's default, so it is written down once.
-registry_base="${BASE_IMAGE:-$(sed -n 's/^ARG BASE_IMAGE=//p' "$here/Dockerfile")}"
-# Names the local base after what is in it; change the tag when the package list or the user changes.
-local_base="pong-debian-base:bookworm-py311-ray1000"
-local_root_tar="$cache/image/debian-bookworm-py311-ray1000.tar"
-# What a node needs besides Python: rsync and ssh for the cluster launcher, ps for Ray's
-# tools, CA certificates for anything that talks HTTPS, sudo as Ray's image has it.
-local_packages="python3,python3-venv,rsync,openssh-client,ca-certificates,procps,netbase,sudo"
-# Ray's image user: rayproject/ray runs as ray (uid 1000, gid 100 "users", HOME /home/ray).
-ray_uid=1000 ray_gid=100 ray_home=/home/ray
-venv="$ray_home/venv"
+# The registry OS image is base.Dockerfile's default, so it is written down once.
+registry_os="${OS_IMAGE:-$(sed -n 's/^ARG OS_IMAGE=//p' "$here/base.Dockerfile")}"
+# The base's tag, infra/Dockerfile's default FROM; a label carries the recipe's hash, so a base of an older recipe is never reused.
+base_image="$(sed -n 's/^ARG BASE_IMAGE=//p' "$here/Dockerfile")"
+recipe="$(sha256sum "$here/base.Dockerfile" | cut -c1-12)"
+# The local OS stand-in: debootstrap's minbase of bookworm, imported as this image.
+local_os="pong-debian-os:bookworm-minbase"
+local_root_tar="$cache/image/debian-bookworm-minbase.tar"
+local_base_tar="$cache/image/pong-debian-base-$recipe.tar"
 
 docker info >/dev/null 2>&1 || die "no Docker engine answers; start one (Debian: apt-get install docker.io, then dockerd &; or run infra/ci-docker.sh)"
 
 # Docker 23+ clients build with BuildKit, which needs the buildx plugin; without it the
-# classic builder does the same job (the Dockerfile uses nothing BuildKit-only).
+# classic builder does the same job (the Dockerfiles use nothing BuildKit-only).
 if ! docker buildx version >/dev/null 2>&1; then
     export DOCKER_BUILDKIT=0
 fi
@@ -65,71 +71,79 @@ fi
 make_local_root() {
     # debootstrap once; the tarball is the cache, so a pruned Docker re-imports in seconds.
     [[ -s "$local_root_tar" ]] && return
-    [[ $EUID -eq 0 ]] || die "making the local base needs root (debootstrap, chroot); run as root, or set up a Docker that can pull $registry_base"
-    command -v debootstrap >/dev/null || die "making the local base needs debootstrap; install it (apt-get install debootstrap)"
-    local root="$cache/image/root"
+    [[ $EUID -eq 0 ]] || die "making the local OS root needs root (debootstrap); run as root, or set up a Docker that can pull $registry_os"
+    command -v debootstrap >/dev/null || die "making the local OS root needs debootstrap; install it (apt-get install debootstrap)"
+    local root="$cache/image/root" mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
     rm -rf "$root"
     mkdir -p "$root"
-    say "debootstrap bookworm into $root (once; a few minutes)"
-    debootstrap --variant=minbase --include="$local_packages" bookworm "$root" \
-        "${DEBIAN_MIRROR:-http://deb.debian.org/debian}" >"$cache/image/debootstrap.log" 2>&1 \
+    say "debootstrap --variant=minbase bookworm into $root (once; a few minutes)"
+    debootstrap --variant=minbase bookworm "$root" "$mirror" >"$cache/image/debootstrap.log" 2>&1 \
         || die "debootstrap failed; its log is $cache/image/debootstrap.log"
-    # Ray's image user, with sudo and no password, and root's home closed to it, as on Ubuntu.
-    chroot "$root" useradd --uid "$ray_uid" --gid "$ray_gid" --home-dir "$ray_home" --create-home --shell /bin/bash ray
-    echo 'ray ALL=(ALL) NOPASSWD:ALL' >"$root/etc/sudoers.d/ray"
-    chmod 0440 "$root/etc/sudoers.d/ray"
-    chmod 0700 "$root/root"
-    # Debian's Python refuses system-wide pip installs (PEP 668): Ray's user gets a venv of its own,
-    # which it fills as Ray's image is filled: Ray of the lock, and other packages at other versions.
-    local wheels="$root/tmp/base-wheels"
-    mkdir -p "$wheels"
-    cp "$cache"/wheelhouse/ray-*.whl "$wheels/"
-    "$(download_python)" -m pip download --disable-pip-version-check --only-binary=:all: --no-deps --require-hashes \
-        -r "$here/local-base.txt" -d "$wheels" >"$cache/image/pip-download-base.log" 2>&1 \
-        || die "pip could not download infra/local-base.txt (log: $cache/image/pip-download-base.log)"
-    as_ray=(chroot --userspec="$ray_uid:$ray_gid" "$root" env HOME="$ray_home")
-    "${as_ray[@]}" python3 -m venv "$venv"
-    local found=("$wheels"/*.whl)
-    "${as_ray[@]}" "$venv/bin/pip" install --quiet --disable-pip-version-check --no-index --no-deps \
-        "${found[@]#"$root"}"
-    rm -rf "$wheels"
-    # Ray runs node commands in `bash --login`, whose /etc/profile resets PATH.
-    echo "export PATH=\"$venv/bin:\$PATH\"" >"$root/etc/profile.d/venv.sh"
+    # The suites debian:bookworm-slim lists (bookworm, its updates, its security), so the base's apt
+    # installs what it would install there; no package lists or downloaded packages left behind.
+    printf 'deb %s bookworm main\ndeb %s bookworm-updates main\ndeb http://deb.debian.org/debian-security bookworm-security main\n' \
+        "$mirror" "$mirror" >"$root/etc/apt/sources.list"
     rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
     tar -C "$root" -cf "$local_root_tar.part" .
     mv "$local_root_tar.part" "$local_root_tar"
     rm -rf "$root"
 }
 
-export_local_root() {
-    # The engine has the base but the cache lost its root (a fresh clone beside an old engine):
-    # write it back from the image, in seconds, for the hosts that build from this cache.
-    local id
-    id="$(docker create "$local_base" true)"
-    docker export "$id" >"$local_root_tar.part" && mv "$local_root_tar.part" "$local_root_tar"
-    docker rm "$id" >/dev/null
+import_local_os() {
+    docker image inspect "$local_os" >/dev/null 2>&1 && return
+    make_local_root
+    say "importing $local_root_tar as $local_os"
+    docker import --change 'CMD ["bash"]' "$local_root_tar" "$local_os" >/dev/null
+    say "os image=$local_os mb=$(($(docker image inspect --format '{{.Size}}' "$local_os") / 1000000)) stands_in_for=$registry_os"
 }
 
-import_local_base() {
-    if docker image inspect "$local_base" >/dev/null 2>&1; then
-        [[ -s "$local_root_tar" ]] || export_local_root
+has_base() {
+    # The engine has the base, built from this very recipe.
+    [[ "$(docker image inspect --format '{{index .Config.Labels "pong.base.recipe"}}' "$base_image" 2>/dev/null)" == "$recipe" ]]
+}
+
+build_base() {
+    # infra/base.Dockerfile FROM the given OS image; it copies nothing, so its context is an empty folder.
+    local os_image=$1 log="$work/base-build.log"
+    say "building $base_image from $os_image (log: $log)"
+    mkdir -p "$work/empty"
+    if ! docker build --file "$here/base.Dockerfile" --tag "$base_image" --label "pong.base.recipe=$recipe" \
+        --build-arg OS_IMAGE="$os_image" "$work/empty" >"$log" 2>&1; then
+        tail -25 "$log" >&2
+        die "docker build of infra/base.Dockerfile failed (the end of its log is above; all of it in $log)"
+    fi
+}
+
+local_base() {
+    # In the engine: used. In the cache: loaded (a host whose engine reaches no mirror). Else the
+    # OS stand-in is imported, the recipe built from it, and the result saved for the hosts.
+    if has_base; then
+        [[ -s "$local_base_tar" ]] || save_local_base
         return
     fi
-    make_local_root
-    say "importing $local_root_tar as $local_base"
-    docker import \
-        --change "USER ray" \
-        --change "WORKDIR $ray_home" \
-        --change "ENV HOME=$ray_home" \
-        --change "ENV PATH=$venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
-        --change 'ENV LANG=C.UTF-8' \
-        --change 'CMD ["bash"]' \
-        "$local_root_tar" "$local_base" >/dev/null
+    if [[ -s "$local_base_tar" ]]; then
+        local t0
+        t0="$(date +%s.%N)"
+        docker load --input "$local_base_tar" >/dev/null || die "docker load of $local_base_tar failed"
+        has_base || die "$local_base_tar holds no $base_image of recipe $recipe; delete it and build again"
+        # Timed: on AWS the base is built instead (harness.pull_vs_build leaves this out of the build's figure).
+        say "loaded image=$base_image from=$local_base_tar seconds=$(awk "BEGIN {printf \"%.1f\", $(date +%s.%N) - $t0}")"
+        return
+    fi
+    import_local_os
+    build_base "$local_os"
+    save_local_base
+}
+
+save_local_base() {
+    # Readable by all: hosts that build as another user (ubuntu on the AWS-like test hosts) load it too.
+    docker save --output "$local_base_tar.part" "$base_image" && chmod 0644 "$local_base_tar.part" \
+        && mv "$local_base_tar.part" "$local_base_tar"
 }
 
 can_have_local_base() {
     # Made here (root, debootstrap) or found made: in the engine, or in the cache.
-    docker image inspect "$local_base" >/dev/null 2>&1 || [[ -s "$local_root_tar" || $EUID -eq 0 ]]
+    has_base || [[ -s "$local_base_tar" || -s "$local_root_tar" || $EUID -eq 0 ]]
 }
 
 download_python() {
@@ -166,11 +180,11 @@ mkdir -p "$cache/image"
 mode=registry
 if [[ "${LOCAL_BASE:-0}" == 1 ]]; then
     mode=local
-elif ! docker image inspect "$registry_base" >/dev/null 2>&1; then
-    say "pulling $registry_base"
-    if ! pulled="$(docker pull "$registry_base" 2>&1)"; then
-        can_have_local_base || die "cannot pull $registry_base ($(tail -1 <<<"$pulled")), and the local base it falls back to is not made here and needs root to make; check this host's network and Docker Hub access"
-        say "cannot pull $registry_base ($(tail -1 <<<"$pulled")); using a local Debian base instead"
+elif ! docker image inspect "$registry_os" >/dev/null 2>&1; then
+    say "pulling $registry_os"
+    if ! pulled="$(docker pull "$registry_os" 2>&1)"; then
+        can_have_local_base || die "cannot pull $registry_os ($(tail -1 <<<"$pulled")), and the local base it falls back to is not made here and needs root to make; check this host's network and Docker Hub access"
+        say "cannot pull $registry_os ($(tail -1 <<<"$pulled")); using a local Debian root instead"
         mode=local
     fi
 fi
@@ -188,14 +202,17 @@ if [[ $mode == local ]]; then
     exec 9>"$cache/image/.lock"
     flock 9
     download_wheels
-    import_local_base
+    local_base
     flock -u 9
     # Hard links when the cache shares a file system with the folder: no copying.
     cp -al "$cache/wheelhouse/." "$context/wheelhouse/" 2>/dev/null || cp -a "$cache/wheelhouse/." "$context/wheelhouse/"
-    base="$local_base" offline=1
+    offline=1
 else
-    base="$registry_base" offline=0
+    # Docker's layer cache makes this seconds when neither the OS image nor the recipe changed.
+    build_base "$registry_os"
+    offline=0
 fi
+base="$base_image"
 
 log="$work/build.log"
 say "building $image from $base (log: $log)"

@@ -4,10 +4,12 @@ The build test runs `make image` with a real Docker
 engine, then starts a container the way Ray does (`bash --login`) and plays a frame of
 Pong in it. It is skipped, saying why, where no Docker engine answers, and fails there
 under CI (CI=true), which starts one with infra/ci-docker.sh.
-The first build on a machine takes a minute or a few (a Debian base is made with
-debootstrap where Docker Hub cannot be reached); later ones hit the caches in seconds.
+The first build on a machine takes a minute or a few (a Debian root is made with
+debootstrap where Docker Hub cannot be reached, and the base built from it); later ones
+hit the caches in seconds.
 """
 
+import hashlib
 import json
 import os
 import re
@@ -23,6 +25,8 @@ BUILD_TIMEOUT_S = 1800
 
 
 IMAGE = read_env_file(REPO / "infra" / "image.env")["IMAGE"]
+RECIPE = REPO / "infra" / "base.Dockerfile"
+PLAN_INPUTS = REPO / "job" / "tools" / "pongtools" / "plan" / "end_to_end_inputs.json"
 # {name: version} of the runtime lock the image installs.
 LOCKED = {e.name: str(e.version) for e in read_lock(REPO / "requirements.txt") if e.applies()}
 
@@ -33,6 +37,7 @@ echo "ray_cli=$(command -v ray) rsync=$(command -v rsync) ssh=$(command -v ssh)"
 python_prefix="$(python -c 'import sys; print(sys.prefix)')"
 sudo -n true && sudo=yes || sudo=no
 echo "user uid=$(id -u) gid=$(id -g) home=$HOME root_mode=$(stat -c %a /root) python_owner=$(stat -c %U "$python_prefix") sudo=$sudo lang=$LANG"
+echo "venv extra=$(pip list --disable-pip-version-check --format freeze | cut -d= -f1 | tr A-Z_ a-z- | sort | tr '\n' ,)"
 echo "env OPENBLAS_NUM_THREADS=$OPENBLAS_NUM_THREADS MKL_NUM_THREADS=$MKL_NUM_THREADS OMP_NUM_THREADS=$OMP_NUM_THREADS RAY_AUTH_MODE=$RAY_AUTH_MODE"
 python - <<'PY'
 import ale_py, gymnasium as gym, ray
@@ -58,12 +63,27 @@ def test_the_dockerfile_sets_the_thread_presets_of_threads_env():
     assert pairs.get("RAY_AUTH_MODE") == "token"
 
 
-def test_the_default_base_is_rays_image_of_the_pinned_version():
-    ray_pin = LOCKED["ray"]
-    base = re.search(r"^ARG BASE_IMAGE=(\S+)", (REPO / "infra" / "Dockerfile").read_text(), re.M).group(1)
-    assert base == f"rayproject/ray:{ray_pin}-py311-cpu"
+def test_the_image_is_built_on_the_slim_recipe_from_debian_not_on_rays_image():
+    """One recipe for every node: infra/Dockerfile starts from the base build-image.sh builds from
+    infra/base.Dockerfile, which starts from Debian 12's slim image, preinstalls no Python package,
+    and installs the packages build-image.sh's comments name; Ray's image is named nowhere."""
+    dockerfile = (REPO / "infra" / "Dockerfile").read_text()
+    recipe = RECIPE.read_text()
+    assert re.search(r"^ARG BASE_IMAGE=pong-debian-base:\S+$", dockerfile, re.M), dockerfile
+    assert re.search(r"^ARG OS_IMAGE=debian:bookworm-slim$", recipe, re.M), recipe
+    assert re.findall(r"^FROM .*$", recipe, re.M) == ["FROM ${OS_IMAGE}"]
+    installed = re.search(r"--no-install-recommends((?:.*\\\n)*.*?)&&", recipe).group(1).replace("\\", " ").split()
+    assert sorted(installed) == sorted(
+        ["python3", "python3-venv", "rsync", "openssh-client", "ca-certificates", "procps", "netbase", "sudo"]
+    )
+    steps = "\n".join(line for line in recipe.splitlines() if not line.startswith("#"))
+    assert "pip" not in steps  # the venv stays empty: infra/Dockerfile's pip installs the lock
+    for path in ("Dockerfile", "base.Dockerfile", "build-image.sh", "push-image.sh"):
+        code = [line for line in (REPO / "infra" / path).read_text().splitlines() if not line.lstrip().startswith("#")]
+        assert not [line for line in code if "rayproject" in line], path
+    assert not (REPO / "infra" / "local-base.txt").exists()
     # The image name says which Ray is inside (infra/image.env).
-    assert f"ray{ray_pin}" in IMAGE
+    assert f"ray{LOCKED['ray']}" in IMAGE
 
 
 def docker_engine():
@@ -83,7 +103,15 @@ def test_the_image_builds_and_runs_pong():
         missing(reason)
     build = subprocess.run(["make", "-C", str(REPO), "image"], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
     assert build.returncode == 0, build.stdout + build.stderr
-    assert f"built image={IMAGE}" in build.stdout, build.stdout
+    assert f"built image={IMAGE} base=pong-debian-base:bookworm-py311-slim " in build.stdout, build.stdout
+    # Built from this very recipe (its hash is the base's label, which the image inherits) and run as ray.
+    recipe = hashlib.sha256(RECIPE.read_bytes()).hexdigest()[:12]
+    assert inspect('{{index .Config.Labels "pong.base.recipe"}}') == recipe
+    assert inspect("{{.Config.User}}") == "ray"
+    # As small as `make plan`'s pull path counts it (end_to_end_inputs.json, measured by harness.pull_vs_build):
+    # a bigger image makes that plan wrong, so measure again.
+    counted = json.loads(PLAN_INPUTS.read_text())["figures"]["image_unpacked_mb"]["value"]
+    assert int(inspect("{{.Size}}")) / 1e6 <= counted * 1.05, (inspect("{{.Size}}"), counted)
 
     ran = subprocess.run(
         ["docker", "run", "--rm", IMAGE, "bash", "--login", "-c", IN_CONTAINER],
@@ -109,6 +137,9 @@ def test_the_image_builds_and_runs_pong():
     assert env_of_image.get("HOME") == "/home/ray", env_of_image
     env = key_values(ran.stdout, "env")
     assert {k: env[k] for k in THREADS} == THREADS and env["RAY_AUTH_MODE"] == "token", ran.stdout
+    # The venv holds the lock and nothing else: Python 3.11's venv brings pip and setuptools, the rest is pip's.
+    extra = set(key_values(ran.stdout, "venv")["extra"].strip(",").split(",")) - set(LOCKED) - {"pip", "setuptools"}
+    assert not extra, ran.stdout
     py = key_values(ran.stdout, "python")
     assert (py["ray"], py["ale_py"]) == (LOCKED["ray"], LOCKED["ale-py"]), py
     assert py["obs"] == "210x160x3", py
@@ -143,10 +174,15 @@ def image_env():
     return dict(item.split("=", 1) for item in json.loads(out.stdout))
 
 
-def image_id():
-    out = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", IMAGE], capture_output=True, text=True)
+def inspect(template):
+    """One field of the image (docker image inspect --format TEMPLATE)."""
+    out = subprocess.run(["docker", "image", "inspect", "--format", template, IMAGE], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
+
+
+def image_id():
+    return inspect("{{.Id}}")
 
 
 def test_a_missing_component_skips_here_and_fails_under_ci(tmp_path):

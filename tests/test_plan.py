@@ -669,15 +669,16 @@ def test_the_pull_path_replaces_the_build_on_the_head_and_on_the_workers():
     pull, _, _, _ = end_to_end_of(planned.stdout, "pull")
     value = {name: float(f["value"]) for name, f in figures.items()}
     built = (
-        value["ray_image_mb"] / value["docker_hub_mb_per_s"]
-        + value["ray_image_unpacked_mb"] / value["unpack_mb_per_s"]
+        value["os_image_mb"] / value["docker_hub_mb_per_s"]
+        + value["os_image_unpacked_mb"] / value["unpack_mb_per_s"]
+        + value["base_build_s"]
         + value["wheels_mb"] / value["pypi_mb_per_s"]
         + value["build_s"]
     )
     pulled = (
         value["ecr_helper_s"]
-        + (value["ray_image_mb"] + value["pip_layer_mb"]) / value["ecr_mb_per_s"]
-        + (value["ray_image_unpacked_mb"] + value["pip_layer_unpacked_mb"]) / value["unpack_mb_per_s"]
+        + value["image_mb"] / value["ecr_mb_per_s"]
+        + value["image_unpacked_mb"] / value["unpack_mb_per_s"]
     )
     assert float(build["image_s"]) == pytest.approx(built, rel=1e-3)
     assert float(pull["image_s"]) == pytest.approx(pulled, rel=1e-3) and pulled < built
@@ -687,11 +688,52 @@ def test_the_pull_path_replaces_the_build_on_the_head_and_on_the_workers():
     for part in ("boot", "docker", "ray_start", "train", "fetch_ship", "down"):
         assert (pull[f"{part}_s"], pull[f"{part}_kind"]) == (build[f"{part}_s"], build[f"{part}_kind"])
     by_part = {p["part"]: p for p in part_lines}
-    assert by_part["pull"]["terms"] == (
-        "ecr_helper_s + (ray_image_mb + pip_layer_mb) / ecr_mb_per_s"
-        " + (ray_image_unpacked_mb + pip_layer_unpacked_mb) / unpack_mb_per_s"
+    assert by_part["pull"]["terms"] == "ecr_helper_s + image_mb / ecr_mb_per_s + image_unpacked_mb / unpack_mb_per_s"
+    assert by_part["image"]["terms"] == (
+        "os_image_mb / docker_hub_mb_per_s + os_image_unpacked_mb / unpack_mb_per_s + base_build_s"
+        " + wheels_mb / pypi_mb_per_s + build_s"
     )
+    # Ray's image is no part of either path: both start from Debian's slim image (infra/base.Dockerfile).
+    assert not [name for name in figures if name.startswith(("ray_image", "pip_layer"))], figures
     assert (by_part["pull"]["kind"], by_part["image"]["kind"]) == ("projected", "assumed")
+
+
+def sample_line(name, first_word):
+    """(header, {key: value}) of the last line of docs/samples/<name>.txt that starts with first_word."""
+    header, *lines = (REPO / "docs" / "samples" / f"{name}.txt").read_text().splitlines()
+    return header, fields(only("\n".join(lines), first_word + " ")[-1])  # the summary: after the runs
+
+
+def test_the_image_figures_are_those_of_the_latest_samples_of_the_harness():
+    """Every figure of both image paths measured by harness.pull_vs_build or harness.node_setup has the value of
+    their saved sample (docs/samples/), and its command names that sample and when it was made: re-measuring
+    the image changes the sample, and the plan must follow it."""
+    figures = json.loads(pathlib.Path(endtoend.INPUTS).read_text())["figures"]
+    parts = json.loads(pathlib.Path(endtoend.INPUTS).read_text())["parts"]
+    made_pvb, pvb = sample_line("pull-vs-build", "pull_vs_build")
+    _, node_build = sample_line("pull-vs-build", "node_build")
+    made_ns, docker = sample_line("node-setup", "docker_install")
+    _, helper = sample_line("node-setup", "ecr_helper_install")
+    _, base = sample_line("node-setup", "base_build")
+    _, wheels = sample_line("node-setup", "wheels_download")
+    expected = {
+        "image_mb": (float(pvb["download_mb"]), "pull-vs-build", made_pvb),
+        "image_unpacked_mb": (float(pvb["image_mb"]), "pull-vs-build", made_pvb),
+        "unpack_mb_per_s": (round(float(pvb["image_mb"]) / float(pvb["pull_s"]), 1), "pull-vs-build", made_pvb),
+        "build_s": (float(node_build["less_base_load_s"]), "pull-vs-build", made_pvb),
+        "base_build_s": (float(base["median_s"]), "node-setup", made_ns),
+        "ecr_helper_s": (float(helper["median_s"]), "node-setup", made_ns),
+        "wheels_mb": (float(wheels["mb"]), "node-setup", made_ns),
+        "pypi_mb_per_s": (float(wheels["mb_per_s_min"]), "node-setup", made_ns),
+    }
+    found = {name: figures[name] for name in expected} | {"docker": parts["docker"]}
+    expected["docker"] = (float(docker["median_s"]), "node-setup", made_ns)
+    for name, (value, sample, made) in expected.items():
+        when = " ".join(made.split()[3:6:2])  # "# Made on 2026-11-27 at 02:10 UTC, ..." -> "2026-11-27 02:10"
+        got = found[name]
+        assert got.get("value", got.get("seconds")) == value, (name, got, value)
+        assert got["kind"] == "measured" and f"docs/samples/{sample}.txt" in got["command"], (name, got)
+        assert f"{when} UTC" in got["command"], (name, when, got["command"])
 
 
 def test_the_workers_come_up_once_after_the_head_whatever_their_number(tmp_path):
@@ -785,7 +827,7 @@ def test_every_part_names_its_command_source_or_basis(tmp_path):
         (lambda f: f["parts"]["boot"].pop("source"), "part 'boot' is sourced and names no source"),
         (lambda f: f["figures"]["wheels_mb"].pop("command"), "figure 'wheels_mb' is measured and names no command"),
         (lambda f: f["parts"]["pull"]["terms"].append("nothing_s"), "part 'pull' names no figure 'nothing_s'"),
-        (lambda f: f["parts"]["pull"]["terms"].append(["ray_image_mb"]), "part 'pull' has a term ['ray_image_mb']"),
+        (lambda f: f["parts"]["pull"]["terms"].append(["image_mb"]), "part 'pull' has a term ['image_mb']"),
         (lambda f: f["parts"]["image"].pop("terms"), "part 'image' is projected and names no terms"),
         (lambda f: f["figures"]["build_s"].update(kind="projected"), "figure 'build_s' needs its value and a kind"),
     ):

@@ -1,26 +1,34 @@
 """What a fresh node fetches before its container runs, timed here: Docker from apt, as a stand-in for
-Ubuntu's in a fresh Debian 12 container, and the lock's wheels from PyPI, as the build path's pip does
-(`make plan`'s `docker` part and a figure of its `image` part, job/tools/pongtools/plan/).
+Ubuntu's in a fresh Debian 12 container, the image's base built from its recipe, and the lock's wheels
+from PyPI, as the build path's pip does (`make plan`'s `docker` part and figures of its `image` part,
+job/tools/pongtools/plan/).
 
-    PYTHONPATH=tests .venv/bin/python -m harness.node_setup [--runs 3]     # a few minutes; root, Docker
+    make image && PYTHONPATH=tests .venv/bin/python -m harness.node_setup [--runs 3]   # minutes; root, Docker
 
-Docker: each run is a new container of the local Debian 12 base (pong-debian-base, debootstrap's minbase
-from Debian's archive, no package lists), as root, with Debian's update and security suites added as a
-Debian 12 cloud image has them. Inside it, timed apart:
+`make image` builds both images it starts from, where Docker Hub cannot be reached (this machine).
 
-1. `apt-get update` and `apt-get install -y docker.io acl`: cluster/aws.yaml's first initialization command;
-2. `apt-get update` and `apt-get install -y amazon-ecr-credential-helper`: the pull path's own apt run
-   (cluster/variant.py's pull_command, before it pulls from ECR).
+Timed apart, each run:
+
+1. in a new container of infra/build-image.sh's base (pong-debian-base: Debian 12 with Python, ssh, sudo and
+   CA certificates, as an Ubuntu server AMI has them; no package lists), as root, `apt-get update` and
+   `apt-get install -y docker.io acl`: cluster/aws.yaml's first initialization command;
+2. then, in it, `apt-get update` and `apt-get install -y amazon-ecr-credential-helper`: the pull path's
+   own apt run (cluster/variant.py's pull_command, before it pulls from ECR);
+3. `docker build --no-cache` of infra/base.Dockerfile from build-image.sh's local OS image (pong-debian-os,
+   debootstrap's minbase of bookworm, its apt sources those of debian:bookworm-slim, no package lists):
+   the build path's base on a node (its apt step from Debian's mirror, Ray's image user, the empty venv),
+   each step in a fresh container.
 
 Wheels: `pip download` of the lock requirements.txt into an empty folder, no cache, as build-image.sh
 downloads it (on a node the image's build does, from PyPI).
 
-Prints one line per run, then the median and the slowest of each. What it leaves out: the daemon's start
-(a container has no systemd; Ubuntu's package starts dockerd at install); an Ubuntu mirror's speed and
-EC2's network (this is Debian's archive and PyPI, through this machine's network).
+Prints one line per run, then the median and the slowest of each, and the OS image's size. What it leaves
+out: the daemon's start (a container has no systemd; Ubuntu's package starts dockerd at install); an Ubuntu
+mirror's speed and EC2's network (this is Debian's archive and PyPI, through this machine's network).
 """
 
 import argparse
+import os
 import re
 import statistics
 import subprocess
@@ -31,11 +39,9 @@ from pathlib import Path
 
 from harness import REPO
 
-BASE = "pong-debian-base:bookworm-py311-ray1000"  # infra/build-image.sh's local base: Debian 12, no lists
-SUITES = (
-    "deb http://deb.debian.org/debian bookworm-updates main",
-    "deb http://deb.debian.org/debian-security bookworm-security main",
-)
+BASE = "pong-debian-base:bookworm-py311-slim"  # infra/build-image.sh's base: Debian 12, Python, no lists
+OS_IMAGE = "pong-debian-os:bookworm-minbase"  # its local OS image, debootstrap's minbase: what the base starts from
+RECIPE = REPO / "infra" / "base.Dockerfile"
 # Each step prints `step=<name> seconds=<s>` after apt's own output (minbase has no bc: awk subtracts).
 STEPS = r"""
 set -eu
@@ -59,9 +65,8 @@ def megabytes(number, unit):
 
 def docker_install():
     """{step: (seconds, megabytes apt fetched)} of one fresh container's apt runs."""
-    script = "".join(f"echo '{line}' >>/etc/apt/sources.list\n" for line in SUITES) + STEPS
     done = subprocess.run(
-        ["docker", "run", "--rm", "--user", "0", BASE, "bash", "-c", script],
+        ["docker", "run", "--rm", "--user", "0", BASE, "bash", "-c", STEPS],
         capture_output=True,
         text=True,
         timeout=1800,
@@ -77,6 +82,37 @@ def docker_install():
             steps[name] = (float(seconds), mb)
             mb = 0.0
     return steps
+
+
+def base_build():
+    """Seconds of building infra/base.Dockerfile from OS_IMAGE with no cache, as a node builds it from its
+    OS image (an empty context: the recipe copies nothing); the image it made is removed after."""
+    tag = "pong-node-setup-base:timing"
+    with tempfile.TemporaryDirectory() as folder:
+        started = time.monotonic()
+        done = subprocess.run(
+            ["docker", "build", "--no-cache", "--quiet", "--file", str(RECIPE), "--tag", tag]
+            + ["--build-arg", f"OS_IMAGE={OS_IMAGE}", folder],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            env=os.environ | {"DOCKER_BUILDKIT": "0"},
+        )
+        seconds = time.monotonic() - started
+    if done.returncode:
+        raise SystemExit(f"node_setup: the base's build failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    subprocess.run(["docker", "rmi", tag], capture_output=True, timeout=120)
+    return seconds
+
+
+def os_image_mb():
+    """The OS image's size unpacked, in MB, as docker image inspect gives it."""
+    done = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{.Size}}", OS_IMAGE], capture_output=True, text=True
+    )
+    if done.returncode:
+        raise SystemExit(f"node_setup: no {OS_IMAGE} here; run `LOCAL_BASE=1 make image` first (it imports it)")
+    return int(done.stdout) / 1e6
 
 
 def wheels_download():
@@ -106,7 +142,8 @@ def main():
     p = argparse.ArgumentParser(description="time a fresh node's Docker install from apt and the lock's download")
     p.add_argument("--runs", type=int, default=3)
     a = p.parse_args()
-    docker, helper, wheels = [], [], []
+    size = os_image_mb()
+    docker, helper, base, wheels = [], [], [], []
     for n in range(1, a.runs + 1):
         s = docker_install()
         docker.append(s["update"][0] + s["install"][0])
@@ -114,11 +151,15 @@ def main():
         figures = " ".join(f"{k}_s={v[0]:.1f} {k}_mb={v[1]:.1f}" for k, v in s.items())
         print(f"docker_install run={n} {figures} docker_s={docker[-1]:.1f} helper_s={helper[-1]:.1f}", flush=True)
     for n in range(1, a.runs + 1):
+        base.append(base_build())
+        print(f"base_build run={n} seconds={base[-1]:.1f}", flush=True)
+    for n in range(1, a.runs + 1):
         seconds, mb = wheels_download()
         wheels.append((seconds, mb))
         print(f"wheels_download run={n} seconds={seconds:.1f} mb={mb:.1f} mb_per_s={mb / seconds:.1f}", flush=True)
     print(summary("docker_install", docker, base=BASE))
     print(summary("ecr_helper_install", helper, base=BASE))
+    print(summary("base_build", base, recipe="infra/base.Dockerfile", os_image=OS_IMAGE, os_image_mb=f"{size:.1f}"))
     rates = [mb / s for s, mb in wheels]
     print(
         summary("wheels_download", [s for s, _ in wheels], mb=f"{wheels[0][1]:.1f}")

@@ -7,15 +7,18 @@
    the image `make image` built here;
 2. a node's Docker engine, empty (harness.registry.NodeEngine): `docker pull` of it, timed;
 3. another such engine, empty: `infra/build-image.sh`, timed, as cluster/*.yaml run it on a node,
-   from this repository's .cache (the Debian base and the wheelhouse, as the test hosts of
-   tests/test_lan_cluster.py build from it): so neither debootstrap nor PyPI is in the figure.
+   from this repository's .cache (the base saved there, built from infra/base.Dockerfile, and the
+   wheelhouse, as the test hosts of tests/test_lan_cluster.py build from it): so neither the base's
+   apt step nor PyPI is in the figure (harness.node_setup times those). The base's load from the cache,
+   which a node does not do (it builds the base), is timed by build-image.sh: less_base_load_s is the rest.
 
 Prints the push's line, each node's, then `pull_vs_build pull_s=... build_s=... download_mb=... image_mb=...`
-(download_mb: the layers a pull downloads, compressed, as the registry's manifest lists them), and
-`pip_layer_mb=... pip_layer_unpacked_mb=...`: the layer that pip's install of the lock adds to the base,
-compressed (the registry's) and unpacked (docker history's), which an image built on Ray's own adds too
-(`make plan`'s pull path, job/tools/pongtools/plan/end_to_end_inputs.json). The push records nothing in
-.cache/pushed-image (PUSHED_IMAGE_FILE is a temp file): a registry on loopback is no image for AWS.
+(download_mb: the layers a pull downloads, compressed, as the registry's manifest lists them; image_mb: the
+pulled image unpacked, docker image inspect's Size), the figures of `make plan`'s pull path
+(job/tools/pongtools/plan/end_to_end_inputs.json), and `venv_layer_mb=... venv_layer_unpacked_mb=...`: of
+those, the layer of the venv that pip filled with the lock (infra/Dockerfile copies it onto the base),
+compressed (the registry's) and unpacked (docker history's). The push records nothing in .cache/pushed-image (PUSHED_IMAGE_FILE is a temp file): a
+registry on loopback is no image for AWS.
 """
 
 import subprocess
@@ -38,21 +41,24 @@ def timed(command, env, what):
     return seconds, done
 
 
-def pip_layer(registry, name, manifest):
-    """(compressed, unpacked) bytes of the layer that pip's install of the lock made: the registry's
+VENV_LAYER = "in /home/ray/venv"  # the end of the history line of infra/Dockerfile's COPY of the filled venv
+
+
+def venv_layer(registry, name, manifest):
+    """(compressed, unpacked) bytes of the layer of the venv pip filled with the lock: the registry's
     manifest and config give the first, in the order of the config's history (empty layers left out),
     and docker history the second."""
     made = [h for h in registry.config(name, manifest)["history"] if not h.get("empty_layer")]
     [compressed] = [
         layer["size"]
         for h, layer in zip(made, manifest["layers"], strict=True)
-        if "pip install" in h.get("created_by", "")
+        if h.get("created_by", "").rstrip().endswith(VENV_LAYER)
     ]
     listed = run(
         ["docker", "history", "--no-trunc", "--human=false", "--format", "{{.Size}}\t{{.CreatedBy}}", IMAGE],
         clean_env(),
     )
-    [unpacked] = [int(line.split("\t")[0]) for line in listed.stdout.splitlines() if "pip install" in line]
+    [unpacked] = [int(line.split("\t")[0]) for line in listed.stdout.splitlines() if line.rstrip().endswith(VENV_LAYER)]
     return compressed, unpacked
 
 
@@ -66,7 +72,7 @@ def main():
         target = f"{registry.address}/{IMAGE}"
         _, manifest = registry.manifest(*IMAGE.split(":"))
         compressed = sum(layer["size"] for layer in manifest["layers"])  # what a pull downloads
-        pip_mb, pip_unpacked_mb = (size / 1e6 for size in pip_layer(registry, IMAGE.split(":")[0], manifest))
+        venv_mb, venv_unpacked_mb = (size / 1e6 for size in venv_layer(registry, IMAGE.split(":")[0], manifest))
         try:
             with NodeEngine() as node:
                 pull_s, _ = timed(["docker", "pull", "--quiet", target], node.env, "the pull")
@@ -74,14 +80,16 @@ def main():
             print(f"node_pull image={target} seconds={pull_s:.1f}", flush=True)
             with NodeEngine() as node:
                 build_s, built = timed(["bash", str(REPO / "infra" / "build-image.sh")], node.env, "the build")
-            print(only(built.stdout, "build-image: built ")[0], flush=True)
-            print(f"node_build image={IMAGE} seconds={build_s:.1f}", flush=True)
+            loaded = only(built.stdout, "build-image: loaded ")[0]
+            load_s = float(loaded.rsplit("seconds=", 1)[1])
+            print(loaded, only(built.stdout, "build-image: built ")[0], sep="\n", flush=True)
+            print(f"node_build image={IMAGE} seconds={build_s:.1f} less_base_load_s={build_s - load_s:.1f}", flush=True)
         finally:
             subprocess.run(["docker", "rmi", target], capture_output=True, timeout=60)
     print(
         f"pull_vs_build pull_s={pull_s:.1f} build_s={build_s:.1f} build_over_pull={build_s / pull_s:.1f}"
         f" download_mb={compressed / 1e6:.0f} image_mb={int(size) / 1e6:.0f}"
-        f" pip_layer_mb={pip_mb:.0f} pip_layer_unpacked_mb={pip_unpacked_mb:.0f}"
+        f" venv_layer_mb={venv_mb:.0f} venv_layer_unpacked_mb={venv_unpacked_mb:.0f}"
     )
 
 
