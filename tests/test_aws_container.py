@@ -3,7 +3,7 @@
     make test-docker      # with the other docker tests; this one takes about a minute
 
 On AWS the node's container runs the image as the image's own user: Ray's docker runner passes no
---user, and Ray's image (and so ours, on either base) runs as ray, uid 1000, HOME /home/ray, with /root
+--user, and our image runs as Ray's image user does: ray, uid 1000, HOME /home/ray, with /root
 closed to it. What the launcher does on the node, done here the same way:
 
 1. the node's copy of file_mounts under /tmp/ray_tmp_mount/pong/, the token as ubuntu's rsync leaves it

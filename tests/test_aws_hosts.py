@@ -18,7 +18,7 @@ Docker's apt install is skipped (Docker is there already; the test says so, and
 test_the_apt_step_installs_docker_from_debian_as_a_non_root_sudoer runs that line on its own in a fresh
 container), usermod and the socket's ACL give ubuntu Docker, the token step finds ubuntu's uid 1000 and does
 nothing, and build-image.sh builds the image as ubuntu (from the cache `make image` filled here: the hosts reach
-no registry, so it takes the local base where an AWS node pulls Ray's image). Then the YAML's docker options,
+no registry, so it loads the slim base saved there where an AWS node builds it from debian:bookworm-slim). Then the YAML's docker options,
 head_start_ray_commands (autodown's line included) and worker_start_ray_commands (--num-cpus=18
 --object-manager-port=8076) run unchanged: each node declares 18 CPUs, Ray's bookkeeping, and the job's
 --workers keeps the actors few.

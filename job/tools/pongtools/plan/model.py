@@ -20,7 +20,7 @@ NETWORK_GBPS = 5.0
 # bound. `ray up` of one node in `make test-docker` here took 74.8 s (the local_docker line of
 # 2026-11-22 00:16 UTC, commit ae30960), about half of it the image build each new node runs
 # (infra/build-image.sh, from the local base); EC2's launch and boot, Docker's install and the
-# pull of Ray's image from Docker Hub come on top on AWS and were not measured.
+# build of the slim base and image (or their pull from ECR) come on top on AWS and were not measured.
 NODE_START_S = 75.0
 # Seconds until Ray declares a lost node dead, so its actors' episodes go to others: Ray 2.60's GCS
 # does after health_check_failure_threshold (5) failed checks, one every health_check_period_ms
