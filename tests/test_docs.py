@@ -68,6 +68,10 @@ LIMITS = {
     "docs/errors.md": 130,
     "docs/monitoring.md": 110,
     "docs/security.md": 40,
+    "docs/reference.md": 150,
+    "docs/development.md": 140,
+    "docs/local-cluster.md": 120,
+    "docs/design.md": 50,
     "all": 2200,
 }
 # The pages over their limit today, each named once here: remove its entry when the page is cut (an entry
