@@ -153,7 +153,7 @@ def test_an_actor_whose_node_died_before_it_answered_plays_on_the_next_node(tmp_
 def test_a_job_on_a_head_without_cpus_waits_for_a_worker_and_grows_onto_it(tmp_path):
     """An autoscaling cluster whose workers are all gone: a head of 0 CPUs. A job gives up after
     --actor-wait-s in one line; the next waits (`starting ... need=1`), starts once a 2-CPU worker joins,
-    and asks for an actor on the worker's second CPU, which then plays too. docs/reliability.md shows
+    and asks for an actor on the worker's second CPU, which then plays too. docs/reliability.md links
     both logs (saved with pytest -s: docs/samples/no-worker.txt)."""
     with two_node_cluster(second_node=False, head_cpus=0) as cluster:
         alone = f"no-worker-{uuid.uuid4().hex[:8]}"

@@ -296,7 +296,7 @@ def test_actors_without_a_free_cpu_are_waited_for_as_the_flag_says_then_one_line
     assert waiting == [{"actors": "2", "answered": "0", "waiting_for": "2", "waited_s": "0", "limit_s": "8"}]
     assert proc.stdout.startswith("starting "), proc.stdout
     assert took < 60, took  # Ray's start (about 12 s here) and the 8 s
-    # docs/reliability.md's sample (docs/samples/wait-gives-up.txt, saved with pytest -s): stdout, the error
+    # the sample docs/reliability.md links (docs/samples/wait-gives-up.txt, saved with pytest -s): stdout, the error
     print("\n" + proc.stdout + proc.stderr.strip().splitlines()[-1])
 
 
