@@ -14,7 +14,7 @@ rewrites them (docs/development.md, The docs). What this file checks, cog cannot
 - no page or saved sample names a Makefile line (make's `[Makefile:217: submit]` moves with every
   edit above it);
 - each page stays within its length (LIMITS: README.md 250 lines, results.md 300, history.md 250, aws.md
-  400, all of them together 2,200), but for the pages over it today, named once in OVER_TODAY;
+  400, image.md 80, all of them together 2,200), but for the pages over it today, named once in OVER_TODAY;
 - README.md's first 40 lines run the project, no table cell of it runs over 120 characters, and every image
   in docs/images/ is shown somewhere;
 - every relative link, image included, names a file that exists, and every #anchor a
@@ -72,11 +72,12 @@ LIMITS = {
     "docs/development.md": 140,
     "docs/local-cluster.md": 120,
     "docs/design.md": 50,
+    "docs/image.md": 80,
     "all": 2200,
 }
 # The pages over their limit today, each named once here: remove its entry when the page is cut (an entry
 # whose page is within its limit fails too, so that no exception outlives its page's cut).
-OVER_TODAY = {"docs/aws.md", "all"}
+OVER_TODAY = set()
 
 
 # -- markdown -------------------------------------------------------------------------
