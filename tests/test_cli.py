@@ -120,15 +120,29 @@ def test_ctrl_c_is_130_without_a_traceback(tmp_path):
         silent.bind(("127.0.0.1", 0))
         silent.listen()
         env = clean_env(
-            RAY_ADDRESS=f"http://127.0.0.1:{silent.getsockname()[1]}", LAST_JOB_FILE=str(tmp_path / "last-job")
+            RAY_ADDRESS=f"http://127.0.0.1:{silent.getsockname()[1]}",
+            LAST_JOB_FILE=str(tmp_path / "last-job"),
+            PYTHONFAULTHANDLER="1",  # a SIGABRT then prints every thread's stack: where it hangs, if it does
         )
         proc = subprocess.Popen(
-            [str(VENV_BIN / "pong-jobs"), "logs"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [str(VENV_BIN / "pong-jobs"), "logs"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            # Ctrl-C as a terminal's foreground job gets it: a suite started in the background (nohup, `&`)
+            # ignores SIGINT, and a child inherits that, so it would never see the signal (CI hung here).
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         silent.settimeout(120)
         asked, _ = silent.accept()  # it has imported Ray and waits on the port: a fixed sleep raced the import
         with asked:
             os.kill(proc.pid, signal.SIGINT)
-            out, err = proc.communicate(timeout=60)
+            try:
+                out, err = proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGABRT)
+                out, err = proc.communicate(timeout=30)
+                pytest.fail(f"still running 60 s after SIGINT; its stdout {out!r}, its threads:\n{err}")
     assert proc.returncode == 130, (proc.returncode, out, err)
     assert err == "logs: interrupted; the job runs on (`make stop-job` stops it)\n", err
