@@ -987,3 +987,14 @@ def test_make_plan_of_a_size_plans_the_cluster_make_up_launches(aws, tmp_path, s
         usd = yaml.safe_load(f)["usd_per_hour"]["us-west-2"][instance_type]
     assert (price["instance_type"], float(price["usd_per_node_hour"])) == (instance_type, usd), price
     assert float(price["dollars_per_hour"]) == pytest.approx(int(nodes) * usd), price
+
+
+def test_the_committed_core_rate_is_the_saved_quiet_benchs():
+    """The rate every projected hour and dollar stands on is the trainer phase of a saved `make bench`
+    (docs/samples/bench-core.txt), read by `plan inputs --bench`; a rate edited by hand, or a sample made again
+    without rebuilding the inputs, fails here."""
+    from pongtools.plan import inputs
+
+    core = json.loads(pathlib.Path(inputs.INPUTS).read_text())["core"]
+    assert core["log"] == "docs/samples/bench-core.txt", core
+    assert core["env_steps_per_s"] == inputs.bench_core(str(REPO / core["log"]))["env_steps_per_s"], core

@@ -260,6 +260,7 @@ def bench_core(bench_log):
         "kind": "env steps per second per actor of one batch-300 update on the trainer (make bench's trainer phase)",
         "bench": {k: trainer[-1][k] for k in ("batch_size", "env_steps", "seconds", "actor_busy") if k in trainer[-1]}
         | {k: start[k] for k in ("workers", "cpus", "ray") if k in start},
+        "log": bench_log,  # the saved sample the rate was read from (docs/samples/bench-core.txt)
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.path.getmtime(bench_log))),
         "machine": machine(),
     }
