@@ -48,7 +48,7 @@ from pgpong.logline import fields, kv
 from pgpong.run import Run
 
 from pongtools import REPO
-from pongtools.plan.milestones import THRESHOLDS, point
+from pongtools.plan.milestones import THRESHOLDS, first_update, point
 
 SAMPLES = REPO / "docs" / "samples"
 MAKE_ERROR = re.compile(r"^(make(?:\[\d+\])?: \*\*\* )\[Makefile:\d+: ([^\]]+)\]")
@@ -194,7 +194,7 @@ def run_table(run, updates, judges=(), folder=SAMPLES):
     milestones); judges: saved `make judge` samples of its checkpoints, each in its update's row, so that a
     judged figure on a page is one a saved sample holds (a sample of an update not in the table fails)."""
     records = Run(str(REPO / run)).metrics()
-    firsts = {next((r["update"] for r in records if r["running_reward"] >= t), None) for _, t in THRESHOLDS}
+    firsts = {first_update(records, t) for _, t in THRESHOLDS}
     cells = {}
     for name in judges:
         cell, update = judged(name, folder)

@@ -36,13 +36,18 @@ def point(records, update):
     raise ValueError(f"the metrics stop at update {records[-1]['update']}, before update {update}")
 
 
+def first_update(records, threshold):
+    """The first update whose running reward reached `threshold`, or None: where a run meets a milestone."""
+    return next((r["update"] for r in records if r["running_reward"] >= threshold), None)
+
+
 def measure(records, config, run_path, play_update=None, play_source=None):
     """The milestones of one run: each reached one as a point, each other as None."""
     kept = ("batch_size", "seed", "learning_rate", "rmsprop_start", "rmsprop_decay")
     found = {"run": run_path, "config": {k: config.get(k) for k in kept}}
     found["measured_to"] = point(records, records[-1]["update"])
     for name, threshold in THRESHOLDS:
-        first = next((r["update"] for r in records if r["running_reward"] >= threshold), None)
+        first = first_update(records, threshold)
         found[name] = None if first is None else point(records, first)
     found["play_criterion"] = None
     if play_update is not None:
