@@ -98,10 +98,11 @@ def write_run(folder, rewards, steps=100_000, batch=10):
     return folder
 
 
-def judge_sample(folder, name, update, seeds="0-19"):
+def judge_sample(folder, name, update, seeds="0-19", above=19):
     line = (
         f"judge checkpoint=x update={update} policy=greedy seeds={seeds} games=200 games_won=150 agent_points=4000"
-        " computer_points=3000 mean_point_difference=5 seeds_above_0=19 need=18 verdict=beats_ai"
+        f" computer_points=3000 mean_point_difference=5 seeds_above_0={above} need=18"
+        f" verdict={'beats_ai' if above >= 18 else 'not_yet'}"
     )
     (folder / f"{name}.txt").write_text(f"# Made on ...\n$ make judge\n{line}\n")
 
@@ -109,16 +110,18 @@ def judge_sample(folder, name, update, seeds="0-19"):
 def test_a_committed_runs_table_is_its_metrics_with_its_milestones_bold_and_its_saved_judges(tmp_path, monkeypatch):
     run = write_run(tmp_path / "run", [-20.0, -1.0, 0.5, -0.2, 2.5, 3.0])
     judge_sample(tmp_path, "j5", 5)
+    judge_sample(tmp_path, "j4", 4, seeds="300-319", above=12)
     written = []
     monkeypatch.setattr(samples, "out", written.append)
-    samples.run_table(run, [1, 3, 4, 5, 6], ["j5"], folder=tmp_path)
+    samples.run_table(run, [1, 3, 4, 5, 6], ["j5", "j4"], folder=tmp_path)
     rows = written[0].splitlines()
     assert rows[2:] == [
         "| 1 | 10 | 0.1 M | -20.00 |  |",
         "| **3** | **30** | **0.3 M** | **+0.50** |  |",  # the first at a running reward of 0
-        "| 4 | 40 | 0.4 M | -0.20 |  |",
-        "| **5** | **50** | **0.5 M** | **+2.50** | seeds 0-19: +5.00 a game, 19 seeds above 0, 150 of 200 won"
-        " ([sample](samples/j5.txt)) |",  # the first at +2, and its saved judge
+        "| 4 | 40 | 0.4 M | -0.20 | seeds 300-319, failed: +5.00 a game, 12 seeds above 0, 150 of 200 won"
+        " ([sample](samples/j4.txt)) |",  # a judge that failed says so
+        "| **5** | **50** | **0.5 M** | **+2.50** | seeds 0-19, passed: +5.00 a game, 19 seeds above 0, 150 of 200"
+        " won ([sample](samples/j5.txt)) |",  # the first at +2, and its saved judge
         "| 6 | 60 | 0.6 M | +3.00 |  |",
     ]
 

@@ -178,13 +178,14 @@ def judge_tables(name):
 
 
 def judged(name, folder=SAMPLES):
-    """The `judge` line of the saved `make judge` sample `name`, as a table cell: its seeds, the mean point
-    difference, the seeds above 0 and the games won, with a link to the sample."""
+    """The `judge` line of the saved `make judge` sample `name`, as a table cell: its seeds, its verdict, the
+    mean point difference, the seeds above 0 and the games won, with a link to the sample."""
     lines = (folder / f"{name}.txt").read_text().splitlines()
     [j] = [fields(line) for line in lines if line.startswith("judge ")]
+    verdict = {"beats_ai": "passed", "not_yet": "failed"}[j["verdict"]]
     return (
-        f"seeds {j['seeds']}: {float(j['mean_point_difference']):+.2f} a game, {j['seeds_above_0']} seeds above 0,"
-        f" {j['games_won']} of {j['games']} won ([sample](samples/{name}.txt))"
+        f"seeds {j['seeds']}, {verdict}: {float(j['mean_point_difference']):+.2f} a game, {j['seeds_above_0']} seeds"
+        f" above 0, {j['games_won']} of {j['games']} won ([sample](samples/{name}.txt))"
     ), int(j["update"])
 
 
