@@ -44,12 +44,12 @@ VARIANT_DIR ?= .cache/cluster
 KEEP ?= 0
 OUT ?=
 # `make run` and `make submit`: the job's time cap in hours; the head's watcher stops the job then, as
-# `make stop-job` does. `make run`'s default comes from the plan for its updates (pongtools/launch.py says how);
-# an open-ended job (--updates 0) on a cluster needs it.
+# `make stop-job` does. The default comes from the plan for the job's updates on the cluster's nodes
+# (pongtools/timecap.py says how); an open-ended job (--updates 0) on a cluster needs it.
 MAX_HOURS ?=
 # A folder under job/: what Ray ships and runs.
 JOB ?= pong
-# Extra arguments for the job's trainer, e.g. ARGS="--updates 10".
+# Extra arguments for the job's trainer, e.g. ARGS="--updates 10" (without --updates: 60, then the job ends).
 ARGS ?=
 # The virtualenv every target runs from, and the Python that creates it.
 VENV ?= .venv

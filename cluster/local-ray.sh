@@ -14,6 +14,9 @@
 #   8265   dashboard and Jobs API, bound to 127.0.0.1 only
 #   10001  Ray Client server
 #
+# The head's Ray label pong/cluster=local-up names it as this machine's: `make submit`, `make logs` and
+# `make status` say which cluster they reach (a launched one says its cluster_name).
+#
 # Token authentication is always on (RAY_AUTH_MODE=token). The token is the file
 # ~/.ray/auth_token (or $RAY_AUTH_TOKEN_PATH); `up` generates one if it is missing.
 # The thread presets of infra/threads.env go into the environment of every Ray process.
@@ -118,6 +121,7 @@ up() {
         --port="$port" \
         --dashboard-host=127.0.0.1 \
         --dashboard-port="$dashboard_port" \
+        --labels=pong/cluster=local-up \
         --disable-usage-stats >/dev/null
     for _ in $(seq 60); do
         if jobs_api_ready; then

@@ -87,6 +87,20 @@ def test_the_token_reaches_every_node_and_the_dashboard_stays_on_loopback(path):
 
 
 @pytest.mark.parametrize("path", CLUSTER_FILES, ids=lambda p: p.name)
+def test_the_head_names_its_cluster_by_the_label_submit_reads(path):
+    """The head's `ray start --labels` names the cluster by its cluster_name under the label that `make submit`,
+    `make logs` and `make status` read (pongtools.submit.CLUSTER_LABEL); the local head of local-ray.sh says
+    local-up, so that neither is taken for the other."""
+    from pongtools.submit import CLUSTER_LABEL
+
+    config = prepared(path)
+    _, words = ray_start_env(config["head_start_ray_commands"])
+    assert f"--labels={CLUSTER_LABEL}={config['cluster_name']}" in words, words
+    local = (REPO / "cluster" / "local-ray.sh").read_text()
+    assert f"--labels={CLUSTER_LABEL}=local-up " in local and "local-up" != config["cluster_name"]
+
+
+@pytest.mark.parametrize("path", CLUSTER_FILES, ids=lambda p: p.name)
 def test_the_image_is_ours_and_is_built_on_each_node(path):
     config = prepared(path)
     assert config["docker"]["image"] == IMAGE

@@ -22,7 +22,7 @@ def test_pong_job_on_two_nodes(ray_cluster, tmp_path):
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
     job_id = last.read_text().strip()
     assert re.fullmatch(r"pong-\d{8}-\d{6}-[0-9a-f]{6}", job_id), job_id
-    for follow_up in (f"ray job logs {job_id} --follow", "make logs", "make stop-job"):
+    for follow_up in (f"job logs --address {ray_cluster.address} --follow {job_id}", "make logs", "make stop-job"):
         assert follow_up in submitted.stdout, submitted.stdout
 
     # `make logs` follows the recorded id (pongtools.jobs, as `ray job logs --follow`); it returns when the job ends.

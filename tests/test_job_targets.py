@@ -13,7 +13,7 @@ import re
 import socket
 
 import pytest
-from harness import clean_env, run
+from harness import clean_env, fields, run
 
 MISTAKES = ["wrong token", "no token", "no cluster", "no cluster, no token", "unknown job"]
 CASES = [
@@ -111,15 +111,21 @@ def test_on_success_the_targets_show_the_job(ray_cluster, tmp_path):
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
     job_id = (tmp_path / "last-job").read_text().strip()
 
+    # Which cluster answered, first: the two-node cluster's head has no pong/cluster label (a launched head's is
+    # its cluster_name, the head of `make local-up` local-up).
+    reached = {"address": ray_cluster.address, "cluster": "unnamed", "nodes": "2", "cpus": "2"}
     logs = make("logs", env, timeout=300)  # follows until the job has ended
     assert logs.returncode == 0, logs.stdout + logs.stderr
+    assert fields(logs.stdout.splitlines()[0]) == reached and logs.stdout.startswith("cluster "), logs.stdout
     assert "usage: python -m pgpong.train" in logs.stdout  # the job's own lines
     assert logs.stdout.splitlines()[-1].startswith(f"job id={job_id} status=SUCCEEDED "), logs.stdout
 
     status = make("status", env)
     assert status.returncode == 0, status.stdout + status.stderr
-    assert status.stdout.startswith(f"job id={job_id} status=SUCCEEDED "), status.stdout
-    assert len(status.stdout.splitlines()) == 1 and 'entrypoint="python -m pgpong.train --help"' in status.stdout
+    lines = status.stdout.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("cluster ") and fields(lines[0]) == reached, lines
+    assert lines[1].startswith(f"job id={job_id} status=SUCCEEDED "), lines
+    assert 'entrypoint="python -m pgpong.train --help"' in lines[1], lines
 
     listed = make("list", env)
     assert listed.returncode == 0, listed.stdout + listed.stderr

@@ -12,7 +12,8 @@ import time
 import pytest
 import yaml
 from harness import REPO, clean_env, fields, only, run
-from pongtools import clusterfile, launch
+from pgpong.config import DEFAULT_UPDATES
+from pongtools import clusterfile, launch, timecap
 
 # What a refused command may print: its one line, and make's own `*** [Makefile:N: run] Error 2`.
 MAKE_ERROR = "make: *** ["
@@ -122,10 +123,11 @@ REFUSALS = {
         lambda t: f"error: OUT={t / 'a-file'} is a file; pass OUT=<a new folder>",
     ),
     "an open-ended job without MAX_HOURS": (
-        lambda t: ["ARGS=--batch-size 2"],
+        lambda t: ["ARGS=--batch-size 2 --updates 0"],
         lambda t: (
-            "error: an open-ended job (--updates 0, the trainer's default) needs a time cap on a cluster: "
-            'pass MAX_HOURS=<hours> (the head\'s watcher stops the job then) or ARGS="--updates N"'
+            "error: an open-ended job (--updates 0) needs a time cap on a cluster: pass MAX_HOURS=<hours> (the "
+            "head's watcher stops the job then), or ARGS=\"--updates N\" (without --updates: the trainer's "
+            "default, 60)"
         ),
     ),
     "MAX_HOURS=0": (
@@ -203,8 +205,11 @@ def test_a_ray_up_that_fails_still_ends_in_ray_down_and_exit_1(tmp_path):
     broken.write_text(
         "cluster_name: pong-broken\ndocker: {image: pong-on-ray:x, container_name: pong}\nprovider: {type: aws, region: us-west-2}\n"
     )
-    made = run(["make", "run", f"CLUSTER={broken}", f"OUT={tmp_path / 'out'}", "ARGS=--updates 1"], no_aws(tmp_path))
+    made = run(["make", "run", f"CLUSTER={broken}", f"OUT={tmp_path / 'out'}"], no_aws(tmp_path))
     steps = [fields(line)["step"] for line in only(made.stdout, "make_run step=")]
+    # Typed without ARGS, the job has the trainer's default end, and its cap is the plan's for those updates.
+    cap = fields(only(made.stdout, "make_run step=cap")[0])
+    assert (cap["updates"], cap["source"]) == (str(DEFAULT_UPDATES), "plan"), cap
     last = fields(only(made.stdout, "make_run status=")[-1])
     assert made.returncode != 0 and steps == ["cap", "up", "down"], made.stdout + made.stderr
     assert (last["status"], last["agent"], last["job"]) == ("UP_FAILED", "-", "-"), last
@@ -292,9 +297,9 @@ def test_the_default_cap_comes_from_the_plan_for_the_clusters_size():
     local = yaml.safe_load((REPO / "cluster" / "local.yaml").read_text())
     assert clusterfile.size(aws) == (11, 18) and clusterfile.size(local) == (1, os.cpu_count())
     trainer = launch.trainer_config("pong", "pgpong", ["--updates", "60"])
-    hours, why = launch.default_cap(trainer, 11, 18)
-    more, _ = launch.default_cap(launch.trainer_config("pong", "pgpong", ["--updates", "600"]), 11, 18)
-    fewer_nodes, _ = launch.default_cap(trainer, 2, 18)
+    hours, why = timecap.default_cap(trainer, 11, 18)
+    more, _ = timecap.default_cap(launch.trainer_config("pong", "pgpong", ["--updates", "600"]), 11, 18)
+    fewer_nodes, _ = timecap.default_cap(trainer, 2, 18)
     assert why["floor_s"] > trainer.actor_wait_s and why["margin"] == 2, why
     expected = 2 * (why["floor_s"] + 60 * why["seconds_per_update"]) / 3600
     assert expected <= hours < expected + 0.01, (hours, why)

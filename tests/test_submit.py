@@ -2,8 +2,10 @@
 refuses anyone without its token. Each mistake must give one plain line, no traceback,
 and must not create a job."""
 
+import contextlib
 import json
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -16,7 +18,9 @@ from pathlib import Path
 
 import pytest
 from harness import RAY, REPO, VENV_BIN, clean_env, fields, missing, run
-from harness.cluster import two_node_cluster
+from harness.cluster import stop_job, two_node_cluster, wait_until_done
+from pgpong.config import parse_args
+from pongtools.timecap import default_cap
 
 PONG_SUBMIT = str(VENV_BIN / "pong-submit")  # the console script `make setup` installs (pongtools.submit)
 
@@ -122,6 +126,19 @@ def submit_script(env, *args):
     )
 
 
+def test_the_default_end_is_past_batch_300s_measured_play_criterion():
+    """`make submit JOB=pong` as typed trains the trainer's default updates at its default batch size: more than
+    the updates at which batch 300 met the play criterion in each measured run (seeds 0 and 1; plan_inputs.json,
+    where `make plan-inputs` puts them)."""
+    from pgpong.config import DEFAULT_UPDATES
+    from pongtools.plan import inputs
+
+    typed = parse_args([])
+    runs = inputs.load_inputs()["milestones"][str(typed.batch_size)]
+    measured = sorted(run["play_criterion"]["update"] for run in runs)
+    assert typed.updates == DEFAULT_UPDATES and measured == [40, 44] and DEFAULT_UPDATES > max(measured), measured
+
+
 def test_submission_ids_made_in_the_same_second_differ():
     import time
 
@@ -206,6 +223,7 @@ def test_max_hours_is_the_jobs_metadata_and_said_not_enforced_where_no_watcher_r
     assert result.returncode == 0, result.stdout + result.stderr
     line = submitted_line(result)
     assert (line["max_hours"], line["cap"]) == ("0.5", "not_enforced") and "make stop-job" in line["note"], line
+    assert (line["cluster"], line["nodes"], line["cpus"], line["cap_from"]) == ("unnamed", "2", "2", "MAX_HOURS"), line
     assert ray_cluster.get(f"/api/jobs/{line['id']}")["metadata"]["max_hours"] == "0.5"
 
 
@@ -239,11 +257,23 @@ def test_a_head_whose_watcher_runs_requires_a_cap_of_an_open_ended_job_and_enfor
             refused = run(["make", "submit", "ARGS=--batch-size 2 --updates 0"], env, timeout=120)
             assert refused.returncode == 2 and refused.stdout == "", refused.stdout + refused.stderr
             assert error_line(refused) == (
-                "submit: an open-ended job (--updates 0, the trainer's default) on a cluster needs a time cap: "
-                "pass MAX_HOURS=<hours> (the head's watcher stops it then, as `make stop-job` does) or "
-                'ARGS="--updates N"'
+                "submit: an open-ended job (--updates 0) on a cluster needs a time cap: pass MAX_HOURS=<hours> "
+                '(the head\'s watcher stops it then, as `make stop-job` does), or ARGS="--updates N" (without '
+                "--updates: 60, the trainer's default, and a cap from the plan)"
             )
             assert cluster.job_ids() == before and not (tmp_path / "last-job").exists()
+
+            # Typed as the design card writes it: the trainer's default end, and the plan's cap for it on this
+            # head's one node of one CPU, which the watcher enforces.
+            typed = run(["make", "submit", "JOB=pong"], env, timeout=120)
+            assert typed.returncode == 0, typed.stdout + typed.stderr
+            line = submitted_line(typed)
+            cap, _ = default_cap(parse_args([]), 1, 1)
+            assert (line["end"], line["cap_from"], line["max_hours"]) == ("after_60_updates", "plan", f"{cap:g}"), line
+            assert line["cap"] == "stopped_by_the_heads_watcher", line
+            assert typed.stdout.splitlines()[0].endswith(" entrypoint='python -m pgpong.train'"), typed.stdout
+            assert cluster.get(f"/api/jobs/{line['id']}")["metadata"]["max_hours"] == f"{cap:g}"
+            stop_job(cluster.client_env(), line["id"])
 
             capped = run(["make", "submit", "ARGS=--help", "MAX_HOURS=2"], env, timeout=120)
             assert capped.returncode == 0, capped.stdout + capped.stderr
@@ -288,16 +318,19 @@ for headers in ({}, {"Authorization": "Bearer " + token}):
 """
 
 
-def test_the_local_head_refuses_the_jobs_api_without_its_token_and_answers_with_it():
+@contextlib.contextmanager
+def local_head_alone():
     """The head `make demo` and `make local-up` start (cluster/local-ray.sh up) on its fixed ports (6379, 8265),
-    so in a network namespace of its own, with its own HOME (the token it generates) and Ray temp dir: a Jobs
-    API request without the token gets 401, one with it 200. Stopped by `local-ray.sh down`, also on failure."""
+    so in a network namespace of its own, with its own HOME (the token it generates) and Ray temp dir. Yields
+    (the command prefix that runs in the namespace, the environment, HOME); stopped by `local-ray.sh down`, also on
+    failure, which must stop it."""
     if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("nsenter"):
         missing("a network namespace of the test's own needs root, unshare and nsenter (util-linux)")
     root = Path(tempfile.mkdtemp(prefix="pong-ns-", dir="/tmp"))  # short: Ray's Unix sockets go under it
-    (root / "home").mkdir()
-    env = clean_env(HOME=str(root / "home"), RAY_TMPDIR=str(root / "ray"), LOCAL_RAY_MARK=str(root / "head"))
-    holder = subprocess.Popen(["unshare", "--net", "sleep", "600"], stdin=subprocess.DEVNULL)  # holds the namespace
+    home = root / "home"
+    home.mkdir()
+    env = clean_env(HOME=str(home), RAY_TMPDIR=str(root / "ray"), LOCAL_RAY_MARK=str(root / "head"))
+    holder = subprocess.Popen(["unshare", "--net", "sleep", "900"], stdin=subprocess.DEVNULL)  # holds the namespace
     inside = ["nsenter", f"--target={holder.pid}", "--net", "--"]
     try:
         for _ in range(50):  # until unshare has moved to its namespace and exec'd sleep
@@ -308,13 +341,109 @@ def test_the_local_head_refuses_the_jobs_api_without_its_token_and_answers_with_
         assert lo.returncode == 0, lo.stderr
         up = run([*inside, "bash", "cluster/local-ray.sh", "up"], env, timeout=180)
         assert up.returncode == 0 and "auth=token" in up.stdout, up.stdout + up.stderr
-        token = root / "home" / ".ray" / "auth_token"
-        asked = run([*inside, sys.executable, "-c", JOBS_API_ANSWERS, str(token)], env, timeout=60)
-        assert asked.returncode == 0, asked.stdout + asked.stderr
-        assert asked.stdout.split() == ["401", "200"], asked.stdout
+        yield inside, env, home
     finally:
         down = run([*inside, "bash", "cluster/local-ray.sh", "down"], env, timeout=120)
         holder.kill()
         holder.wait()
         shutil.rmtree(root, ignore_errors=True)
     assert down.returncode == 0 and "stopped processes=" in down.stdout, down.stdout + down.stderr
+
+
+def test_the_local_head_refuses_the_jobs_api_without_its_token_and_answers_with_it():
+    """A Jobs API request to the local head without the token gets 401, one with it 200."""
+    with local_head_alone() as (inside, env, home):
+        token = home / ".ray" / "auth_token"
+        asked = run([*inside, sys.executable, "-c", JOBS_API_ANSWERS, str(token)], env, timeout=60)
+        assert asked.returncode == 0, asked.stdout + asked.stderr
+        assert asked.stdout.split() == ["401", "200"], asked.stdout
+
+
+def printed_commands(result):
+    """{'logs': line, 'status': line, 'stop': line}: the command lines `make submit` printed to follow, check and
+    stop its job, by the `ray job` verb in each."""
+    lines = [x for x in result.stdout.splitlines() if x.startswith("RAY_AUTH_MODE=token ")]
+    commands = {}
+    for line in lines:
+        words = shlex.split(line, comments=True)
+        commands[words[words.index("job") + 1]] = line
+    assert set(commands) == {"logs", "status", "stop"}, result.stdout
+    return commands
+
+
+def pasted(line, home, prefix=(), timeout=300):
+    """line as pasted into a new terminal at the repo root: bash with no venv active and no RAY_* variable, only
+    a HOME (where Ray finds ~/.ray/auth_token) and the system's PATH; prefix: the namespace to run it in."""
+    shell = ["env", "-i", f"HOME={home}", "PATH=/usr/bin:/bin", "bash", "-c", line]
+    return subprocess.run(
+        [*prefix, *shell], cwd=REPO, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
+
+
+@pytest.mark.slow  # a job of a few seconds on the two-node cluster
+def test_the_lines_submit_prints_work_pasted_into_a_new_terminal(ray_cluster, tmp_path):
+    """Each line `make submit` prints to follow or check its job, pasted as it is into a shell with no venv and
+    no RAY_* variable: the first shows the job's own lines to its end, the second its status. So does a plain
+    `ray job logs ID --follow` after `source cluster/env.sh` (here with the test cluster's address and token,
+    which a user of the default address and token does not set: the next test)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = ray_cluster.client_env(LAST_JOB_FILE=str(tmp_path / "last-job"))
+    args = f"ARGS=--batch-size 2 --workers 1 --updates 1 --run-dir {tmp_path / 'run'}"
+    submitted = run(["make", "submit", "JOB=pong", args], env, timeout=120)
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    job_id, commands = submitted_line(submitted)["id"], printed_commands(submitted)
+    assert f"--address {ray_cluster.address}" in commands["logs"], commands
+
+    followed = pasted(commands["logs"], home)
+    assert followed.returncode == 0 and "\ndone updates=1 " in "\n" + followed.stdout, followed.stdout + followed.stderr
+    assert wait_until_done(ray_cluster, job_id, timeout_s=60) == "SUCCEEDED"
+    status = pasted(commands["status"], home)
+    said = status.stdout + status.stderr
+    assert status.returncode == 0 and f"Job '{job_id}' succeeded" in said, said
+
+    settings = f"RAY_ADDRESS={ray_cluster.address} RAY_AUTH_TOKEN_PATH={ray_cluster.token_path}"
+    plain = pasted(f"source cluster/env.sh && {settings} ray job logs {job_id} --follow", home)
+    assert plain.returncode == 0 and "\ndone updates=1 " in "\n" + plain.stdout, plain.stdout + plain.stderr
+
+
+def test_make_submit_as_typed_on_the_local_head_ends_by_itself_and_its_lines_work_in_a_new_terminal():
+    """`make submit JOB=pong`, typed as is, on the local head (its default address, its token in HOME): the job
+    has the trainer's default end, 60 updates, and the plan's cap for them on this machine, which nothing here
+    enforces (the line says so); it says it reached the local head. Its printed lines, pasted into a new
+    terminal, stop the job and show its lines; `source cluster/env.sh` makes a plain `ray job status ID` work
+    too; `make status` says which cluster it asks."""
+    with local_head_alone() as (inside, env, home):
+        env = {**env, "LAST_JOB_FILE": str(home.parent / "last-job")}  # not the checkout's .last-job
+        submitted = run([*inside, "make", "submit", "JOB=pong"], env, timeout=120)
+        assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+        line = submitted_line(submitted)
+        cap, _ = default_cap(parse_args([]), 1, os.cpu_count())
+        assert (line["cluster"], line["nodes"], line["address"]) == ("local-up", "1", "http://127.0.0.1:8265"), line
+        assert (line["end"], line["max_hours"], line["cap_from"]) == ("after_60_updates", f"{cap:g}", "plan"), line
+        assert line["cap"] == "not_enforced", line
+        assert submitted.stdout.splitlines()[0].endswith(" entrypoint='python -m pgpong.train'"), submitted.stdout
+        commands = printed_commands(submitted)
+        assert "RAY_AUTH_TOKEN_PATH" not in commands["logs"], commands  # the token is Ray's default, in HOME
+
+        deadline = time.monotonic() + 180  # the trainer's start line, once its actors answered
+        while (
+            "\nstart "
+            not in "\n" + (seen := pasted(f"source cluster/env.sh && ray job logs {line['id']}", home, inside)).stdout
+        ):
+            assert time.monotonic() < deadline, seen.stdout + seen.stderr
+            time.sleep(2)
+        start = fields(next(x for x in seen.stdout.splitlines() if x.startswith("start ")))
+        assert json.loads(start["config"])["updates"] == 60, start
+
+        stopped = pasted(commands["stop"], home, inside)
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        followed = pasted(commands["logs"], home, inside)  # the job has ended: its lines, to its end
+        assert followed.returncode == 0 and "\nstart " in "\n" + followed.stdout, followed.stdout + followed.stderr
+        for status in (commands["status"], f"source cluster/env.sh && ray job status {line['id']}"):
+            said = pasted(status, home, inside)
+            assert said.returncode == 0 and f"Job '{line['id']}' was stopped" in said.stdout, said.stdout + said.stderr
+
+        made = run([*inside, "make", "status"], env, timeout=120)
+        assert made.returncode == 0, made.stdout + made.stderr
+        assert fields(made.stdout.splitlines()[0])["cluster"] == "local-up", made.stdout

@@ -6,7 +6,7 @@ How to run (from job/pong, which is also the Ray Jobs working dir):
     python -m pgpong.train                                     # batch 300, until stopped
     python -m pgpong.train --run-dir ~/pong-runs/a --updates 5 # run again to resume
 
-Through Ray Jobs on a cluster: `make submit JOB=pong ARGS="--updates 100"`.
+Through Ray Jobs on a cluster: `make submit JOB=pong` (60 updates, the default, then it ends).
 
 Each update: the driver broadcasts the weights once, hands episode indices one
 at a time to whichever actor is idle, each actor sums the gradients of the

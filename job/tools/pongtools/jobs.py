@@ -16,7 +16,9 @@ or not the cluster's, another Ray version (the checks of submit.py's connect) an
 cluster does not know. `capacity` and `release` run `python -m pgpong.capacity show|release` as a small
 job (it needs no CPU), since from here only the dashboard may be reachable: its one line is theirs.
 A job is shown as one line, `job id=... status=... start=... end=...
-entrypoint="..."`, in the key=value form of every log line (pgpong/logline.py).
+entrypoint="..."`, in the key=value form of every log line (pgpong/logline.py). logs and status first say which
+cluster answered, `cluster address=... cluster=<name> nodes=N cpus=C` (its head's pong/cluster label, as
+`make submit` says it): local-up for this machine's head, the cluster_name of a launched one.
 """
 
 import logging
@@ -34,6 +36,7 @@ from pongtools.submit import (
     dashboard_address,
     follow,
     last_job_file,
+    reached,
     runtime_env,
     submission_id,
 )
@@ -88,15 +91,23 @@ class Cluster:
         which `make submit` and `make run` read too)."""
         return self.ask(lambda: autodown_line(self.client))
 
+    def line(self):
+        """`cluster address=... cluster=<name> nodes=N cpus=C`: which cluster this is (submit.reached), so that a job
+        meant for a cloud head is not read from the laptop's own without a word."""
+        return kv("cluster", address=self.address, **self.ask(lambda: reached(self.client)).fields())
+
 
 def logs(cluster, job_id):
     cluster.info(job_id)  # an unknown id is one line here; the log stream would only say 404
+    print(cluster.line(), flush=True)
     cluster.ask(lambda: follow(cluster.client, job_id), job_id)
     print(job_line(cluster.info(job_id)), flush=True)
 
 
 def status(cluster, job_id):
-    print(job_line(cluster.info(job_id), message=True))
+    info = cluster.info(job_id)
+    print(cluster.line())
+    print(job_line(info, message=True))
     watcher = cluster.autodown_line()
     if watcher:  # what the head's watcher said last: a cap, a refused teardown (make local-up runs none)
         print(watcher)

@@ -1,23 +1,18 @@
 """`make run`: from nothing to a trained agent on this machine, in one command, and the cluster down after.
 
-    make run ARGS="--updates 60"                      # cluster/aws.yaml: up, train, fetch, ship, down
+    make run                                          # cluster/aws.yaml: up, train 60 updates, fetch, ship, down
     make run CLUSTER=cluster/local.yaml KEEP=1        # leave the cluster up at the end
     make run ARGS="--updates 0" MAX_HOURS=3           # no end of its own: the head's watcher stops it after 3 h
     pong-run --cluster cluster/aws.yaml --out runs/x -- --updates 60   # by hand (.venv/bin on PATH)
 
 Before anything is launched or written (the Makefile runs it first with --check, before the variant
 copy and the token), each mistake is one line and exit 2: ARGS the trainer's own parser refuses (its
-line), KEEP other than 0 or 1, MAX_HOURS that is not hours > 0, an open-ended job (--updates 0, the
-trainer's default) without MAX_HOURS, a CLUSTER that is no YAML or one Ray's launcher refuses (its
+line), KEEP other than 0 or 1, MAX_HOURS that is not hours > 0, an open-ended job (--updates 0) without
+MAX_HOURS, a CLUSTER that is no YAML or one Ray's launcher refuses (its
 own validator's word), an OUT that is a file or a folder that is not empty.
 
 The job's time cap (pongtools.submit --max-hours: the head's watcher stops the job then) is MAX_HOURS, else
-a default from the plan (pongtools.plan) for the job's updates: the seconds of one update at the
-launched YAML's nodes x CPUs and the batch size, at the slowest stage of learning the plan knows (so a
-resumed run, whose episodes are longer, fits too), times the updates; plus the floor, the workers'
-bring-up in the plan (the head may train alone meanwhile) and the trainer's --actor-wait-s; all of it
-times 2, since the plan's figures are measured on other machines or assumed. A cap too short stops a
-run that a resume continues from its checkpoint; one too long bills a hung job's cluster that long.
+the plan's default for the job's updates at the launched YAML's nodes x CPUs (pongtools.timecap says how).
 The `make_run step=cap` line says it and what it came from.
 
 Its stages (Stage), in order, each announced by a `make_run step=...` line, are the commands a user would type:
@@ -44,7 +39,6 @@ none (no autodown), or unseen (the YAML starts one, but no line of it was read).
 import dataclasses
 import enum
 import json
-import math
 import re
 import shlex
 import signal
@@ -55,6 +49,7 @@ from pathlib import Path
 
 from pgpong import cli
 from pgpong.cli import Parser, UserError, checked
+from pgpong.config import DEFAULT_UPDATES
 from pgpong.logline import fields, kv
 
 from pongtools import REPO, clusterfile
@@ -69,14 +64,12 @@ from pongtools.submit import (
     submit,
     trainer_config,
 )
+from pongtools.timecap import default_cap
 from pongtools.tunnel import Tunnel
 
 # What of the run on the head the agent needs: its metrics, and the newest ckpt-NNNNNN.npz found there.
 RUN_FILES = ("metrics.jsonl",)
 CHECKPOINT = re.compile(r"^ckpt-\d+\.npz$")
-# The default time cap: the plan's seconds for the job, times this, for the plan's figures measured
-# on other machines or assumed (make plan says each one's kind).
-CAP_MARGIN = 2
 
 
 class Stage(enum.Enum):
@@ -126,24 +119,6 @@ class Lines:
 
     def flush(self):
         sys.stdout.flush()
-
-
-def default_cap(trainer, nodes, cpus, path="build"):
-    """The default time cap of a job with trainer's config on nodes x cpus whose image comes by path (the
-    plan's build or pull), in hours, from the plan, and the fields that say how (the module's docstring
-    says why)."""
-    from pongtools.plan import endtoend, inputs, model
-
-    actors = nodes * cpus if trainer.workers == "auto" else min(nodes * cpus, int(trainer.workers))
-    nodes, cpus = math.ceil(actors / cpus), min(cpus, actors)  # the nodes the job's actors fill
-    _, stages = model.project(inputs.load_inputs(), nodes, cpus, trainer.batch_size)
-    per_update = max(stage["update"]["seconds"] for stage in stages)
-    parts, _ = endtoend.load()
-    bring_up = endtoend.timeline(parts, nodes - 1, 0.0, path)["workers"][0]
-    floor = bring_up + trainer.actor_wait_s
-    capped = math.ceil(CAP_MARGIN * (floor + trainer.updates * per_update) / 36) / 100  # up to 0.01 h
-    why = dict(updates=trainer.updates, seconds_per_update=per_update, nodes=nodes, cpus_per_node=cpus)
-    return capped, {**why, "batch_size": trainer.batch_size, "floor_s": floor, "margin": CAP_MARGIN}
 
 
 def autodown_state(line, minutes):
@@ -207,7 +182,7 @@ class Launch:
         """Submit and follow, in this process: the job's Trained."""
         self.enter(Stage.SUBMIT, job=self.a.job, address=self.address)
         try:
-            submitted = submit(self.a.job, self.a.trainer_args, self.a.max_hours, self.address)
+            submitted = submit(self.a.job, self.a.trainer_args, self.a.max_hours, self.address, self.a.cap_from)
         except UserError as error:
             print(f"submit: {error}", file=sys.stderr, flush=True)
             return Trained("NOT_SUBMITTED")
@@ -345,8 +320,9 @@ def check(a):
     trainer = trainer_config(a.job, jobs[a.job], a.trainer_args)  # its own line and exit 2 if it refuses them
     if trainer.updates == 0 and not a.max_hours:
         raise UserError(
-            "an open-ended job (--updates 0, the trainer's default) needs a time cap on a cluster: pass "
-            'MAX_HOURS=<hours> (the head\'s watcher stops the job then) or ARGS="--updates N"'
+            "an open-ended job (--updates 0) needs a time cap on a cluster: pass MAX_HOURS=<hours> (the head's "
+            'watcher stops the job then), or ARGS="--updates N" (without --updates: the trainer\'s default, '
+            f"{DEFAULT_UPDATES})"
         )
     return config, trainer
 
@@ -376,12 +352,13 @@ def main(argv=None):
     config, trainer = check(a)
     if a.check:
         return 0
+    a.cap_from = "MAX_HOURS" if a.max_hours else "plan"
     if a.max_hours:
-        say(Stage.CAP, max_hours=a.max_hours, source="MAX_HOURS")
+        say(Stage.CAP, max_hours=a.max_hours, source=a.cap_from)
     else:
         capped, why = default_cap(trainer, *clusterfile.size(config), clusterfile.image_path(config))
         a.max_hours = f"{capped:g}"
-        say(Stage.CAP, max_hours=a.max_hours, source="plan", **why)
+        say(Stage.CAP, max_hours=a.max_hours, source=a.cap_from, **why)
     launch = Launch(a, config)
     # Ctrl-C ends this command even when it was started with SIGINT ignored (as `cmd &` in a script
     # starts it), which Python would otherwise keep: the message below must come.

@@ -1,13 +1,14 @@
 """Submit one job folder under job/ to a running Ray cluster, and optionally wait for it.
 
+    make submit JOB=pong                                     # 60 updates (the trainer's default), then it ends
     make submit JOB=pong ARGS="--batch-size 4 --updates 2"
-    make submit ARGS="--updates 0" MAX_HOURS=2                                # the head's watcher stops it after 2 h
-    pong-submit pong -- --batch-size 4 --updates 2          # the same, by hand (.venv/bin on PATH)
-    pong-submit --wait pong -- --batch-size 4 --updates 2   # follow it to the end
+    make submit ARGS="--updates 0" MAX_HOURS=2               # until stopped: the head's watcher stops it after 2 h
+    pong-submit pong -- --batch-size 4 --updates 2           # the same, by hand (.venv/bin on PATH)
+    pong-submit --wait pong -- --batch-size 4 --updates 2    # follow it to the end
 
-The plain Ray CLI does the same submission (this script adds only the checks below):
+The plain Ray CLI does the same submission (this script adds only the checks and the cap below):
 
-    ray job submit --working-dir job/pong --runtime-env job/pong/runtime_env.yaml \
+    RAY_AUTH_MODE=token .venv/bin/ray job submit --working-dir job/pong --runtime-env job/pong/runtime_env.yaml \
         -- python -m pgpong.train --batch-size 4 --updates 2
 
 A job is a folder job/<name>/ holding one Python package with a `train` module, a
@@ -23,18 +24,23 @@ one, the token is accepted, and the cluster runs the same Ray version as this cl
 A mistake (a bad flag, or any of those checks) is one line and exit 2, as in every program
 here (pgpong.cli).
 
---max-hours H (MAX_HOURS) is the job's time cap: Ray job metadata {"max_hours": "H"}, which
-the head's autodown watcher (infra/autodown.py) reads; once the job has run H hours it stops
-it as `ray job stop` does (the trainer saves its checkpoint). The line `submitted ...` says
-the cap and whether anything enforces it: a head whose watcher writes autodown.log in its Ray
-log folder does (every launched cluster: cluster/aws.yaml, cluster/local.yaml); the head of
-`make local-up` runs none, so there the cap is said to be not_enforced. An open-ended job
-(--updates 0, the trainer's default) on a head with a watcher needs --max-hours: one that
-nothing would stop holds the cluster up, and bills, until someone notices. On the head of
-`make local-up` it does not: that head is this machine, which bills nobody, and nothing
-there would enforce a cap anyway. On success it records the submission id in LAST_JOB_FILE (default
-.last-job, read by `make logs`, `make status` and `make stop-job`). With --wait it prints the
-job's logs as they come and exits 0 only if the job SUCCEEDED (1 if it did not).
+The job's end and time cap. Its end is the trainer's: --updates N, by default 60 (pgpong.config.DEFAULT_UPDATES,
+from the updates at which batch 300 beat the built-in AI), or none with --updates 0. Its time cap, --max-hours H
+(MAX_HOURS), is Ray job metadata {"max_hours": "H"}, which the head's autodown watcher (infra/autodown.py) reads;
+once the job has run H hours it stops it as `ray job stop` does (the trainer saves its checkpoint). Without
+MAX_HOURS a job with an end gets the plan's cap for its updates on the cluster's nodes (pongtools.timecap), the
+one `make run` gives. An open-ended job on a head with a watcher needs MAX_HOURS: one that nothing would stop
+holds the cluster up, and bills, until someone notices. On the head of `make local-up` it does not: that head is
+this machine, which bills nobody, and nothing there enforces a cap (it runs no watcher). The line `submitted
+...` says which cluster took the job (its head's CLUSTER_LABEL, nodes and CPUs), the end (`end=after_60_updates`,
+`end=none_until_stopped`), the cap and where it came from (`cap_from=plan` or `MAX_HOURS`), and whether anything
+enforces it (`cap=stopped_by_the_heads_watcher`, or `cap=not_enforced` on a head without a watcher).
+
+Then it prints the commands that follow, check and stop the job: plain `ray job ...` lines that work pasted
+into a new terminal at the repo root as they are (this venv's ray, token auth and the address in each), with
+the make target that does the same in a comment. On success it records the submission id in LAST_JOB_FILE
+(default .last-job, read by `make logs`, `make status` and `make stop-job`). With --wait it prints the job's
+logs as they come and exits 0 only if the job SUCCEEDED (1 if it did not).
 """
 
 import argparse
@@ -53,15 +59,22 @@ from pathlib import Path
 
 from pgpong import cli
 from pgpong.cli import UserError
+from pgpong.config import DEFAULT_UPDATES
 from pgpong.logline import kv
 
 from pongtools import REPO
+from pongtools.timecap import default_cap
 
 JOBS_DIR = REPO / "job"
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 DEFAULT_TOKEN_PATH = Path.home() / ".ray" / "auth_token"
 # The head's autodown watcher's log, in the head's Ray log folder (cluster/variant.py's AUTODOWN_COMMAND).
 AUTODOWN_LOG = "autodown.log"
+# The Ray label (`ray start --labels`) that names the cluster of a head: cluster/aws.yaml's and cluster/local.yaml's
+# head_start_ray_commands set it to their cluster_name, cluster/local-ray.sh to local-up (this machine's head);
+# a head without it (a `ray start` of your own) is UNNAMED. `make submit`, `make logs` and `make status` say it.
+CLUSTER_LABEL = "pong/cluster"
+UNNAMED = "unnamed"
 START_HINT = (
     "start one with `make local-up` (this machine) or `make up` then `make dashboard` "
     "(cloud), or set RAY_ADDRESS to its dashboard address"
@@ -200,40 +213,102 @@ def connect(address):
     return client
 
 
-def autodown_line(client):
+@dataclasses.dataclass(frozen=True)
+class Reached:
+    """The cluster a client reaches: its name (the head's CLUSTER_LABEL; UNNAMED without one), its alive nodes,
+    their CPUs in all and on the largest, and its head's node id (None: no head answered)."""
+
+    name: str
+    nodes: int
+    cpus: int
+    cpus_per_node: int
+    head_id: str | None
+
+    def fields(self):
+        return {"cluster": self.name, "nodes": self.nodes, "cpus": self.cpus}
+
+
+def get(client, path):
+    """A GET of the dashboard's REST API with the client's token: its text, None if not 200."""
+    answer = client._do_request("GET", path)
+    return answer.text if answer.status_code == 200 else None
+
+
+def reached(client):
+    """The Reached of the cluster behind client, from the dashboard's list of nodes."""
+    listed = json.loads(get(client, "/api/v0/nodes?detail=false&limit=1000") or "{}")
+    alive = [n for n in listed.get("data", {}).get("result", {}).get("result", []) if n.get("state") == "ALIVE"]
+    heads = [n for n in alive if n.get("is_head_node")]
+    name = (heads[0].get("labels") or {}).get(CLUSTER_LABEL, UNNAMED) if heads else UNNAMED
+    cpus = [int((n.get("resources_total") or {}).get("CPU", 0)) for n in alive]
+    return Reached(name, len(alive), sum(cpus), max(cpus, default=0), heads[0]["node_id"] if heads else None)
+
+
+def autodown_line(client, head_id=None):
     """The last line of the head's autodown watcher (infra/autodown.py writes it in the head's Ray log
-    folder), or None where the head runs none (the head of `make local-up`)."""
-
-    def get(path):  # a GET of the dashboard's REST API with the client's token; its text, None if not 200
-        answer = client._do_request("GET", path)
-        return answer.text if answer.status_code == 200 else None
-
-    nodes = json.loads(get("/api/v0/nodes?detail=false&limit=1000") or "{}")
-    heads = [n["node_id"] for n in nodes.get("data", {}).get("result", {}).get("result", []) if n["is_head_node"]]
-    if not heads:
+    folder), or None where the head runs none (the head of `make local-up`). head_id: the head's node id, if
+    known (reached's), else asked for."""
+    head_id = head_id or reached(client).head_id
+    if head_id is None:
         return None
-    text = get(f"/api/v0/logs/file?node_id={heads[0]}&filename={AUTODOWN_LOG}&lines=1") or ""
+    text = get(client, f"/api/v0/logs/file?node_id={head_id}&filename={AUTODOWN_LOG}&lines=1") or ""
     lines = [line for line in text.splitlines() if line.startswith("autodown ")]
     return lines[-1] if lines else None
 
 
-def time_cap(max_hours, open_ended, watcher):
-    """The fields the `submitted` line says about the job's time cap: none without one; else whether the
-    head's watcher enforces it. UserError for an open-ended job without a cap on a head with a watcher."""
+def time_cap(max_hours, trainer, watcher, where, source="MAX_HOURS"):
+    """(the time cap to put on the job, or None; the fields the `submitted` line says of the job's end and cap).
+    trainer: the job's Config (None: ARGS only ask for its help). Without max_hours, a job with an end gets the
+    plan's cap for its updates on the nodes where (pongtools.timecap). UserError for an open-ended job without a
+    cap on a head with a watcher."""
+    said = {}
+    if trainer is not None:
+        said["end"] = f"after_{trainer.updates}_updates" if trainer.updates else "none_until_stopped"
+        if max_hours is None and trainer.updates:
+            capped, _ = default_cap(trainer, max(where.nodes, 1), max(where.cpus_per_node, 1))
+            max_hours, source = f"{capped:g}", "plan"
     if max_hours is None:
-        if open_ended and watcher:
+        if trainer is not None and watcher:
             raise UserError(
-                "an open-ended job (--updates 0, the trainer's default) on a cluster needs a time cap: pass "
-                'MAX_HOURS=<hours> (the head\'s watcher stops it then, as `make stop-job` does) or ARGS="--updates N"'
+                "an open-ended job (--updates 0) on a cluster needs a time cap: pass MAX_HOURS=<hours> (the head's "
+                f'watcher stops it then, as `make stop-job` does), or ARGS="--updates N" (without --updates: '
+                f"{DEFAULT_UPDATES}, the trainer's default, and a cap from the plan)"
             )
-        return {}
+        return None, said
+    said.update(max_hours=max_hours, cap_from=source)
     if watcher:
-        return {"max_hours": max_hours, "cap": "stopped_by_the_heads_watcher"}
-    return {
-        "max_hours": max_hours,
+        return max_hours, {**said, "cap": "stopped_by_the_heads_watcher"}
+    return max_hours, {
+        **said,
         "cap": "not_enforced",
         "note": "this head runs no autodown watcher (make local-up starts none): only make stop-job ends the job",
     }
+
+
+def ray_line(*words):
+    """A `ray` command line that works pasted into a new terminal at the repo root, with no venv active and no
+    RAY_* variable set: this venv's ray (by its path), token auth and the token file RAY_AUTH_TOKEN_PATH named here
+    (if any) in the line itself. The address is among words."""
+    ray = Path(sys.executable).parent / "ray"
+    if not ray.is_file():
+        ray = Path("ray")
+    elif ray.is_relative_to(REPO):
+        ray = ray.relative_to(REPO)
+    settings = ["RAY_AUTH_MODE=token"]
+    if os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        settings.append("RAY_AUTH_TOKEN_PATH=" + str(Path(os.environ["RAY_AUTH_TOKEN_PATH"]).absolute()))
+    return shlex.join([*settings, str(ray), *words])
+
+
+def job_commands(job_id, address):
+    """The lines that follow, check and stop the job, each a command that works pasted as it is (ray_line),
+    with the make target that does the same in its comment."""
+    at = ["--address", address]
+    return [
+        ray_line("job", "logs", *at, "--follow", job_id) + "   # follow its logs (or: make logs)",
+        ray_line("job", "status", *at, job_id) + "   # its status (or: make status)",
+        ray_line("job", "stop", *at, job_id) + "   # stop it; it saves its last update (or: make stop-job)",
+    ]
 
 
 def follow(client, job_id, out=sys.stdout):
@@ -262,34 +337,35 @@ class Submission:
     job: str  # the folder under job/
     id: str
     address: str
+    where: Reached  # the cluster behind address
     entrypoint: str
     cap: dict
     client: object = dataclasses.field(repr=False, compare=False)  # the JobSubmissionClient that sent it
 
     def line(self):
-        return f"{kv('submitted', job=self.job, id=self.id, address=self.address, **self.cap)} entrypoint={self.entrypoint!r}"
+        said = kv("submitted", job=self.job, id=self.id, address=self.address, **self.where.fields(), **self.cap)
+        return f"{said} entrypoint={self.entrypoint!r}"
 
 
-def submit(job, trainer_args, max_hours=None, address=None):
+def submit(job, trainer_args, max_hours=None, address=None, cap_from="MAX_HOURS"):
     """Check and send job/<job> with trainer_args (the checks of the module's docstring): its Submission, the id
-    recorded in last_job_file(). UserError for each mistake, before anything is sent or recorded."""
+    recorded in last_job_file(). max_hours None: the plan's cap for its updates (time_cap); cap_from: what a given
+    one came from. UserError for each mistake, before anything is sent or recorded."""
     jobs = job_packages()
     if job not in jobs:
         raise UserError(f"unknown job '{job}'; the jobs under job/ are: {', '.join(jobs) or 'none'}")
-    help_only = asks_for_help(trainer_args)
-    open_ended = not help_only and trainer_config(job, jobs[job], trainer_args).updates == 0
+    trainer = None if asks_for_help(trainer_args) else trainer_config(job, jobs[job], trainer_args)
     address = address or dashboard_address()
     env = runtime_env(job)
     client = connect(address)
-    watcher = None
-    if max_hours is not None or open_ended:
-        try:
-            watcher = autodown_line(client)
-        except (RuntimeError, OSError, ValueError) as e:
-            raise UserError(
-                f"cannot ask the head at {address} for its autodown watcher's log ({type(e).__name__})"
-            ) from None
-    cap = time_cap(max_hours, open_ended, watcher)
+    try:
+        where = reached(client)
+        watcher = autodown_line(client, where.head_id)
+    except (RuntimeError, OSError, ValueError) as e:
+        raise UserError(
+            f"cannot ask the head at {address} for its nodes and its autodown watcher's log ({type(e).__name__})"
+        ) from None
+    max_hours, cap = time_cap(max_hours, trainer, watcher, where, cap_from)
     metadata = {"max_hours": max_hours} if max_hours is not None else None
     entrypoint = shlex.join(["python", "-m", f"{jobs[job]}.train", *trainer_args])
     try:
@@ -299,7 +375,7 @@ def submit(job, trainer_args, max_hours=None, address=None):
     except RuntimeError as e:
         raise UserError(f"the cluster refused the job: {str(e).splitlines()[0]}") from None
     last_job_file().write_text(job_id + "\n")
-    return Submission(job, job_id, address, entrypoint, cap, client)
+    return Submission(job, job_id, address, where, entrypoint, cap, client)
 
 
 def main(argv=None):
@@ -319,9 +395,7 @@ def main(argv=None):
     submitted = submit(args.job, trainer_args, args.max_hours)
     print(submitted.line(), flush=True)
     if not args.wait:
-        print("follow the logs:  ray job logs " + submitted.id + " --follow   (or: make logs)")
-        print("job status:       ray job status " + submitted.id + "   (or: make status)")
-        print("stop the job:     ray job stop " + submitted.id + "   (or: make stop-job)")
+        print("\n".join(job_commands(submitted.id, submitted.address)))
         return 0
     status = follow(submitted.client, submitted.id)
     print(f"submit: job={submitted.id} status={status}", flush=True)
