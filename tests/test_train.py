@@ -71,7 +71,14 @@ def test_unwritable_run_dir_is_one_line(tmp_path):
 def test_config_defaults_are_the_job_defaults():
     cfg = config.parse_args([])
     defaults = (cfg.batch_size, cfg.workers, cfg.env, cfg.learning_rate, cfg.learning_rate_rule, cfg.updates)
-    assert defaults == (300, "auto", "Pong-v0", config.auto_learning_rate(300), "auto", 0)
+    assert defaults == (
+        300,
+        "auto",
+        "Pong-v0",
+        config.auto_learning_rate(300),
+        "auto",
+        60,
+    )  # 60: past batch 300's play criterion (test_submit)
     assert cfg.rmsprop_start == "corrected"  # measured better than pg-pong's zero start at batch 300
     assert cfg.rmsprop_decay == config.auto_rmsprop_decay(300, "corrected")
     assert cfg.run_dir.startswith(os.path.expanduser(config.DEFAULT_RUNS) + "/")  # made absolute once, here
