@@ -14,8 +14,9 @@ CLUSTER ?= cluster/aws.yaml
 # MIN_WORKERS=N starts N workers (0 up to the YAML's most) and lets the autoscaler add the rest.
 # AUTODOWN=N: the head tears the cluster down N minutes after its last job, N >= 5 (0: never, its watcher
 # only stops jobs at their MAX_HOURS; empty: as the YAML says: 20 for cluster/aws.yaml, 0 for cluster/local.yaml).
-# MAX_NODE_HOURS=h: every node ends itself h hours after `ray up` set it up, h >= 0.5 (empty: the YAML's, 4
-# for cluster/aws.yaml), the backstop that needs no AWS right (docs/aws.md).
+# MAX_NODE_HOURS=h: every node ends itself h hours after its Ray last came up (each `ray up` counts again),
+# h >= 0.5 (empty: the YAML's, 4 for cluster/aws.yaml), the backstop that needs no AWS right (docs/aws.md); a
+# node whose Ray never comes up ends 40 minutes after its boot.
 # NODES=N TYPE=T (on the command line): N nodes of EC2 instance type T, CPUs from EC2's physical cores
 # (NODES alone keeps the type, TYPE alone the count; `make preflight` names the largest size your quota allows).
 # Any of them launches a copy of CLUSTER that cluster/variant.py writes into VARIANT_DIR.
@@ -262,7 +263,8 @@ up: $(INSTALLED) ## Launch or update the cluster: make token, then ray up -y CLU
 	@$(write-variant)
 	@$(say-image)
 	@$(make-token)
-	ray up -y $(LAUNCH)
+	@echo "ray up -y $(LAUNCH)"
+	@ray up -y $(LAUNCH) || $(PONGTOOLS).up_failed "$(LAUNCH)" --down-cluster "$(CLUSTER)"
 
 .PHONY: run
 run: $(TOOLS) ## Up, submit JOB with ARGS (MAX_HOURS: its cap), follow, fetch the run, ship its agent into OUT, down (KEEP=1: stay up)

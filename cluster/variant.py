@@ -5,7 +5,7 @@ MAX_NODE_HOURS, IMAGE, NODES=N or TYPE=T.
     make up MIN_WORKERS=0           # the head alone at first; the autoscaler adds workers when asked
     make up AUTODOWN=60             # the head tears the cluster down 60 minutes after its last job
     make up AUTODOWN=0              # caps only: the watcher stops a job at its MAX_HOURS, never the cluster
-    make up MAX_NODE_HOURS=8        # every node ends itself 8 hours after `ray up` (the backstop; default 4)
+    make up MAX_NODE_HOURS=8        # every node ends itself 8 hours after its Ray last came up (the backstop; default 4)
     make up IMAGE=127.0.0.1:5000/pong-on-ray:ray2.60.0-py311   # every node pulls the image `make image-push` pushed
     make up NODES=2 TYPE=c5.4xlarge # 2 nodes of 8 cores (EC2's DefaultCores of c5.4xlarge): fits 32 vCPUs
     make preflight SPOT=1           # checks the same copy: spot quota, spot price in each zone
@@ -25,7 +25,8 @@ left out), resources.CPU and --num-cpus at T's physical cores as EC2 describes t
 --autodown N starts infra/autodown.py on the head, from the last of head_start_ray_commands, with
 --idle-minutes N, in place of the YAML's own (both YAMLs have one: aws.yaml 20, local.yaml 0); 0 is
 the watcher that enforces job caps only and never tears down. --max-node-hours H sets the hours of the
-backstop step of initialization_commands (infra/backstop.sh; aws.yaml's is 4; local.yaml has none).
+backstop step of initialization_commands (infra/backstop.sh; aws.yaml's is 4; local.yaml has none) and the
+UserData of every node type that says them; the step's first-boot minutes (aws.yaml's 40) stay as they are.
 --image NAME (with_image) makes every node pull NAME instead of building the image. Alone, each
 leaves the worker counts as they are, so --autodown and --image fit cluster/local.yaml too, which has
 no worker types. Prints one line, `variant cluster=... out=... node_type=... market=... min_workers=N
@@ -47,7 +48,7 @@ from pathlib import Path
 import yaml
 from pgpong.cli import Parser, UserError, at_least, checked, non_negative, positive, run
 from pgpong.logline import kv
-from pongtools.clusterfile import AUTODOWN, autodown_minutes, ray_refusal
+from pongtools.clusterfile import AUTODOWN, autodown_minutes, backstop, backstop_steps, ray_refusal
 
 
 class Expanded(yaml.SafeDumper):
@@ -226,8 +227,6 @@ def with_autodown(config, minutes):
     return config
 
 
-# The backstop step of cluster/aws.yaml's initialization_commands: `bash .../infra/backstop.sh HOURS`.
-BACKSTOP_STEP = re.compile(r"^(bash \S+/infra/backstop\.sh) (\S+)$")
 # The fewest hours MAX_NODE_HOURS may ask for: a node must outlive its bring-up and a run (`make plan`'s
 # end_to_end line: about 11 minutes from `make up` to `make down` at batch 300), with room to spare.
 MAX_NODE_HOURS_LEAST = 0.5
@@ -241,41 +240,35 @@ def node_hours_arg(text):
     return value
 
 
-def backstop_steps(config):
-    """[(index, its match)] of the backstop steps in config's initialization_commands."""
-    steps = config.get("initialization_commands") or []
-    return [(n, m) for n, m in ((n, BACKSTOP_STEP.match(str(s).strip())) for n, s in enumerate(steps)) if m]
-
-
-def max_node_hours(config):
-    """The hours after which each node of config ends itself (its backstop step's), or None when it has none."""
-    found = backstop_steps(config)
-    return float(found[0][1].group(2)) if found else None
-
-
-def with_max_node_hours(config, hours):
-    """A copy of config whose backstop ends each node `hours` after its setup (the step) and after its first boot
-    (every node type's UserData). ValueError without one step."""
+def with_max_node_hours(config, hours, minutes=None):
+    """A copy of config whose backstop ends each node `hours` after its Ray last came up, and `minutes` (None: the
+    step's own) after its first boot and after each setup, until its Ray comes up: the step and every node type's
+    UserData. ValueError without one step."""
     found = backstop_steps(config)
     if len(found) != 1:
         raise ValueError(
-            f"needs exactly one backstop step (bash .../infra/backstop.sh HOURS) to set MAX_NODE_HOURS, has {len(found)}"
+            "needs exactly one backstop step (bash .../infra/backstop.sh HOURS MINUTES) to set MAX_NODE_HOURS,"
+            f" has {len(found)}"
         )
     config = copy.deepcopy(config)
     ((n, match),) = found
-    config["initialization_commands"][n] = f"{match.group(1)} {hours:g}"
+    minutes = float(match.group(3)) if minutes is None else minutes
+    config["initialization_commands"][n] = f"{match.group(1)} {hours:g} {minutes:g}"
     for node_type in (config.get("available_node_types") or {}).values():
-        node_type["node_config"]["UserData"] = boot_backstop(hours)
+        node_type["node_config"]["UserData"] = boot_backstop(hours, minutes)
     return config
 
 
-def boot_backstop(hours):
-    """The backstop as EC2 UserData: a script Ubuntu's cloud-init runs once, as root, at the node's first boot,
-    so that a node that never reaches initialization_commands still powers off (and EC2 terminates it) `hours`
-    after it booted. Whole minutes, rounded up, as backstop.sh schedules them."""
-    minutes = math.ceil(hours * 60)
-    why = f"pong backstop: this node ends {hours:g} hours after its first boot (MAX_NODE_HOURS)"
-    return f'#!/bin/bash\nshutdown -P +{minutes} "{why}"\n'
+def boot_backstop(hours, minutes):
+    """The first-boot backstop as EC2 UserData: a script Ubuntu's cloud-init runs once, as root, at the node's first
+    boot, so that a node that never reaches initialization_commands, or whose `ray up` fails before its Ray is up,
+    still powers off (and EC2 terminates it) `minutes` after it booted. Whole minutes, rounded up, as backstop.sh
+    schedules them; backstop.sh moves the end to `hours` after the node's Ray came up."""
+    why = (
+        f"pong backstop: this node ends {minutes:g} minutes after its first boot unless its Ray comes up,"
+        f" then {hours:g} hours after its Ray last came up (MAX_NODE_HOURS)"
+    )
+    return f'#!/bin/bash\nshutdown -P +{math.ceil(minutes)} "{why}"\n'
 
 
 # A registry of Amazon ECR: <account>.dkr.ecr.<region>.amazonaws.com (.com.cn in China's regions).
@@ -407,7 +400,8 @@ def main(argv=None):
     p.add_argument(
         "--max-node-hours",
         type=checked(node_hours_arg, f"hours >= {MAX_NODE_HOURS_LEAST:g}"),
-        help="hours after its setup at which every node ends itself, the backstop (MAX_NODE_HOURS; default: the YAML's)",
+        help="hours after its Ray last came up at which every node ends itself, the backstop (MAX_NODE_HOURS;"
+        " default: the YAML's)",
     )
     p.add_argument("--image", help="REGISTRY/name:tag that every node pulls instead of building the image (IMAGE)")
     p.add_argument("--nodes", type=at_least(1), help="nodes in all, the head included (NODES; default: the YAML's)")
@@ -475,7 +469,7 @@ def report(made, node_type, size, a):
             min_workers=spec["min_workers"],
             max_workers=spec["max_workers"],
         )
-    minutes, hours = autodown_minutes(made), max_node_hours(made)
+    minutes, hours = autodown_minutes(made), (backstop(made) or (None,))[0]
     autodown = "off" if minutes is None else f"{minutes:g}" if minutes else "caps_only"
     print(
         kv(

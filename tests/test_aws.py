@@ -250,8 +250,10 @@ def shutdown_behaviors(ids):
 def test_the_launched_copy_makes_every_node_end_itself_with_no_right_needed(aws, monkeypatch, tmp_path):
     """The backstop, as `make up MAX_NODE_HOURS=6` launches it through Ray's bootstrap and node creation:
     every RunInstances that Ray sends, the head's and the workers', asks EC2 to terminate the instance when its
-    own OS powers it off, and every instance moto starts has that attribute (EC2's default is stop); the
-    copy's first initialization command schedules the power-off 6 hours on (tests/test_aws_hosts.py runs it)."""
+    own OS powers it off, and every instance moto starts has that attribute (EC2's default is stop); every
+    instance powers itself off 40 minutes after its first boot (UserData), so a `ray up` that fails after the
+    launch leaves it no longer; the copy's first initialization command schedules the power-off 40 minutes on
+    again, then 6 hours after the node's Ray came up (tests/test_aws_hosts.py runs it)."""
     from ray.autoscaler._private.aws import config as ray_aws
     from ray.autoscaler._private.util import prepare_config, validate_config
 
@@ -259,7 +261,7 @@ def test_the_launched_copy_makes_every_node_end_itself_with_no_right_needed(aws,
     copy_path, _ = write_variant(tmp_path, "--max-node-hours", "6")
     config = prepare_config(yaml.safe_load(copy_path.read_text()))
     validate_config(config)
-    assert config["initialization_commands"][0].endswith("/infra/backstop.sh 6"), config["initialization_commands"]
+    assert config["initialization_commands"][0].endswith("/infra/backstop.sh 6 40"), config["initialization_commands"]
     # The spot types start no node at `ray up` (the autoscaler launches them for a job): their node_config says it.
     behaviors = {
         name: t["node_config"].get("InstanceInitiatedShutdownBehavior")
@@ -273,10 +275,11 @@ def test_the_launched_copy_makes_every_node_end_itself_with_no_right_needed(aws,
     assert len(calls) >= 2 and {call.get("InstanceInitiatedShutdownBehavior") for call in calls} == {"terminate"}
     behaviors = shutdown_behaviors([i for ids in launched.values() for i in ids])
     assert set(behaviors.values()) == {"terminate"}, behaviors
-    # From the first boot too: every instance holds the UserData script that powers it off 6 hours (360
-    # minutes) after it booted, for cloud-init to run before SSH or Ray.
+    # From the first boot too: every instance holds the UserData script that powers it off 40 minutes after it
+    # booted (short: at most 45), for cloud-init to run before SSH or Ray, and says the 6 hours that follow.
     scripts = boot_scripts([i for ids in launched.values() for i in ids])
-    assert {s.splitlines()[1].split('"')[0] for s in scripts.values()} == {"shutdown -P +360 "}, scripts
+    assert {s.splitlines()[1].split('"')[0] for s in scripts.values()} == {"shutdown -P +40 "}, scripts
+    assert all(int(s.split("+", 1)[1].split()[0]) <= 45 and " 6 hours " in s for s in scripts.values()), scripts
     # What moto does without the fields: EC2's default, so the checks above could fail.
     (plain,) = boto("ec2").run_instances(ImageId=UBUNTU_AMI, InstanceType="c5.9xlarge", MinCount=1, MaxCount=1)[
         "Instances"

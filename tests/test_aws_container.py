@@ -8,13 +8,14 @@ closed to it. What the launcher does on the node, done here the same way:
 
 1. the node's copy of file_mounts under /tmp/ray_tmp_mount/pong/, the token as ubuntu's rsync leaves it
    (uid 1000, mode 0600), or as a root login's (uid 0, mode 0600), after which the YAML's own
-   initialization command for the token runs;
+   initialization command for the token runs, and the backstop's host folder as its step leaves it;
 2. `docker run` as Ray's docker_start_cmds makes it of the YAML's docker options and file_mounts (the
    HOME for `~` read from the image, as Ray reads it);
 3. the launcher's config copied in as ~/ray_bootstrap_config.yaml, and the YAML's head_start_ray_commands
    run in the container as Ray's docker runner runs them (`bash --login -c -i`, `~/` expanded).
 
-Checks: every process of the head runs as uid 1000; Ray is up with token auth; the Jobs API answers 401
+Checks: every process of the head runs as uid 1000; Ray is up with token auth, and its start commands told the
+host's backstop so (its marker, touched as uid 1000); the Jobs API answers 401
 without the token and lists the jobs with it; the head's autodown watcher lists them too (`autodown busy
 running=1`, no error line), and `make status` shows that line.
 
@@ -26,6 +27,7 @@ be free: the YAML fixes them and the container shares the machine's network, as 
 
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -51,6 +53,10 @@ PORTS = (6379, 8076, 8265)  # the YAML's GCS, object manager and dashboard ports
 BOOTSTRAP_MOUNTS = ("~/ray_bootstrap_config.yaml", "~/ray_bootstrap_key.pem")  # copied in, never mounted
 DASHBOARD = "http://127.0.0.1:8265"
 BUSY_S = 120  # the job autodown must see: past its first look (at its start) and its second (30 s later)
+# The backstop's host folder (infra/backstop.sh) that run_options mount, and the marker the start commands touch.
+BACKSTOP = (REPO / "infra" / "backstop.sh").read_text()
+MARKS = Path(re.search(r"^MARKS=(\S+)$", BACKSTOP, re.M).group(1))
+MARKER = MARKS / re.search(r'^MARKER="\$MARKS/(\S+)"$', BACKSTOP, re.M).group(1)
 
 
 def host(*args, timeout=300):
@@ -87,6 +93,8 @@ def node(tmp_path):
     taken = [f"port {port}" for port in PORTS if socket.socket().connect_ex(("127.0.0.1", port)) == 0]
     if copy.exists():
         taken.append(f"{copy} (another cluster's copy of its file mounts)")
+    if MARKS.exists():
+        taken.append(f"{MARKS} (another node's backstop folder)")
     if CONTAINER in host("docker", "ps", "-a", "--format", "{{.Names}}").stdout.split():
         taken.append(f"the container name {CONTAINER}")
     if taken:
@@ -96,6 +104,7 @@ def node(tmp_path):
     finally:
         host("docker", "rm", "-f", CONTAINER)
         shutil.rmtree(copy, ignore_errors=True)
+        shutil.rmtree(MARKS, ignore_errors=True)
         try:
             copy.parent.rmdir()  # /tmp/ray_tmp_mount, when no other cluster's copy is there
         except OSError:
@@ -123,6 +132,12 @@ def test_the_head_starts_as_rays_image_user_with_token_auth_and_autodown_sees_th
     (token_step,) = [step for step in AWS_YAML["initialization_commands"] if "auth_token" in step]
     prepared = host("bash", "-c", token_step)
     assert prepared.returncode == 0, prepared.stdout + prepared.stderr
+    # The backstop step's folder, as it leaves it (the step itself is not run: it would schedule this machine's
+    # shutdown): the login's, and writable by uid 1000.
+    MARKS.mkdir()
+    os.chown(MARKS, owner, owner)
+    if owner != 1000:
+        assert host("setfacl", "-m", "u:1000:rwx", str(MARKS)).returncode == 0
 
     # 2. The container, as Ray's docker runner starts it.
     mounts = {remote: local for remote, local in AWS_YAML["file_mounts"].items() if remote not in BOOTSTRAP_MOUNTS}
@@ -148,6 +163,8 @@ def test_the_head_starts_as_rays_image_user_with_token_auth_and_autodown_sees_th
     users = in_container("ps -eo uid=,comm= | sort -u")
     assert {line.split()[0] for line in users.stdout.splitlines()} == {"1000"}, users.stdout
     assert "raylet" in users.stdout and "gcs_server" in users.stdout, users.stdout
+    # Ray is up, and the start commands said so to the host's backstop watcher, as uid 1000.
+    assert MARKER.exists() and MARKER.stat().st_uid == 1000, MARKER
 
     # Token auth: none gets 401, the cluster's token lists the jobs.
     assert dashboard_get(DASHBOARD, "/api/jobs/")[0] == 401

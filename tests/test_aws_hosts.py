@@ -9,11 +9,13 @@ The copy of cluster/aws.yaml that `ray up` launches differs from the YAML only w
 - auth: ubuntu and the test's login key;
 - available_node_types and head_node_type left out: the local provider refuses them ("The field
   available_node_types is not supported for on-premise clusters") and makes one node type of worker_ips;
-- the backstop's hours: 0.01 (36 s) in place of 4, as cluster/variant.py's with_max_node_hours writes them
-  (`make up` refuses fewer than 0.5).
+- the backstop's hours: 1 in place of 4, as cluster/variant.py's with_max_node_hours writes them (so that the
+  end after Ray came up, 3600 s, differs from the first-boot one, 40 minutes, the YAML's own).
 The test asserts that nothing else differs. So the YAML's initialization_commands run unchanged as ubuntu:
-the backstop (infra/backstop.sh) schedules each node's end, and since a test host must not power off this
-machine, each host's /etc names a stand-in command that the test sees fire 36 s later, once per host;
+the backstop (infra/backstop.sh) schedules each node's end 40 minutes on and starts its watcher, and since a
+test host must not power off this machine, each host's /etc names a stand-in command in place of the
+shutdown; the test sees each node's end move to 1 hour after its Ray came up (the start commands tell the
+watcher), and again at a second `ray up` that changes nothing (test_the_backstop_... sees the stand-in fire);
 Docker's apt install is skipped (Docker is there already; the test says so, and
 test_the_apt_step_installs_docker_from_debian_as_a_non_root_sudoer runs that line on its own in a fresh
 container), usermod and the socket's ACL give ubuntu Docker, the token step finds ubuntu's uid 1000 and does
@@ -36,6 +38,7 @@ import secrets
 import shutil
 import subprocess
 import time
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from shlex import quote
@@ -62,10 +65,16 @@ ACTORS = 20  # Ray puts actors on the head up to half its 18 CPUs, then on a wor
 JOB_ARGS = f"--batch-size {ACTORS} --updates 1 --seed 0 --workers {ACTORS} --run-dir=~/pong-runs/aws-hosts"
 AUTODOWN_MINUTES = 0.1
 AUTODOWN_TIMEOUT_S = 300
-# The backstop: each node's end 36 s after its setup, by a stand-in command in place of the shutdown.
+# The backstop: each node's end 40 minutes after its setup (the YAML's), then an hour after its Ray came up, by a
+# stand-in command in place of the shutdown.
 BACKSTOP = (REPO / "infra" / "backstop.sh").read_text()
-STAND_IN, STAND_IN_STATE = (re.search(rf"^{key}=(\S+)$", BACKSTOP, re.M).group(1) for key in ("STAND_IN", "STATE"))
-BACKSTOP_HOURS = 0.01
+STAND_IN, STAND_IN_STATE, MARKS = (
+    re.search(rf"^{key}=(\S+)$", BACKSTOP, re.M).group(1) for key in ("STAND_IN", "STATE", "MARKS")
+)
+BACKSTOP_LOG = f"{MARKS}/backstop.log"  # on the host: the backstop's lines, its watcher's included
+MARKER = f"{MARKS}/ray-up"  # on the host: what the start commands touch in the container
+BACKSTOP_HOURS = 1
+FIRST_BOOT_S = 2400  # the YAML's 40 minutes
 FIRED = "/tmp/pong-backstop-fired"  # on the host: the stand-in's record, one line each time it fires
 # Run in the head's container: the CPUs the cluster declares, as Ray counts them.
 # Marked: the driver may print the autoscaler's events ("Resized to 54 CPUs.") after it.
@@ -130,7 +139,9 @@ def cluster(lan, tmp_path):
         for a, b in zip(AWS_YAML["initialization_commands"], config["initialization_commands"], strict=True)
         if a != b
     ]
-    assert [b for _, b in steps] == [steps[0][0].replace("backstop.sh 4", f"backstop.sh {BACKSTOP_HOURS:g}")], steps
+    assert [b for _, b in steps] == [steps[0][0].replace("backstop.sh 4 40", f"backstop.sh {BACKSTOP_HOURS:g} 40")], (
+        steps
+    )
     for host in lan.hosts:
         set_stand_in(host)
     path = tmp_path / "aws.yaml"
@@ -163,6 +174,24 @@ def fired_on(host):
     """backstop_of(host) once its stand-in has fired, else None."""
     due, fired = backstop_of(host)
     return (due, fired) if fired else None
+
+
+def epoch(at):
+    """Epoch seconds of a backstop line's at= (UTC, to the second)."""
+    return int(datetime.strptime(at, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp())
+
+
+def backstop_lines(host):
+    """The backstop's lines on host (backstop.sh's own, then its watcher's), as fields."""
+    log = host.folder / BACKSTOP_LOG.lstrip("/")
+    return (
+        [fields(line) for line in log.read_text().splitlines() if line.startswith("backstop ")] if log.exists() else []
+    )
+
+
+def ray_ups(host):
+    """The lines of host's watcher that moved its end after its Ray came up."""
+    return [line for line in backstop_lines(host) if line["stage"] == "ray_up"]
 
 
 def on_host(host, command, user=LOGIN):
@@ -220,14 +249,36 @@ def test_aws_yaml_as_it_is_starts_three_nodes_as_ubuntu_trains_on_them_and_its_a
     shown = run(lan.laptop(["make", "status", f"ID={job_id}"]), cluster.client_env())
     assert shown.returncode == 0 and shown.stdout.splitlines()[-1].startswith("autodown "), shown.stdout
 
-    # The backstop: on every host, the YAML's first step scheduled the node's end BACKSTOP_HOURS on, and the
-    # stand-in fired once, at that time and not before (the head's line is in `ray up`'s output).
-    head_line = [fields(x) for x in clear(cluster.log.read_text()).splitlines() if "backstop hours=" in x]
-    assert head_line and head_line[0]["seconds"] == "36" and head_line[0]["by"] == "stand_in", head_line
+    # The backstop: on every host, the YAML's first step scheduled the node's end 40 minutes on, the short end of a
+    # node whose Ray is not up (the head's line is in `ray up`'s output), and once the node's Ray came up (its start
+    # commands touched the marker from the container) the host's watcher moved it to BACKSTOP_HOURS from then.
+    head_lines = [fields(x) for x in clear(cluster.log.read_text()).splitlines() if "backstop stage=" in x]
+    assert [(x["stage"], x["seconds"], x["by"]) for x in head_lines] == [("first_boot", str(FIRST_BOOT_S), "stand_in")]
+    ends = {}
     for host in lan.hosts:
-        due, fired = wait_until(f"the backstop's stand-in on {host.name}", partial(fired_on, host), 120)
-        assert len(fired) == 1 and due <= fired[0] <= due + 10, (host.name, due, fired)
-    figures["backstop_fired_s_late"] = max(fired[0] - due for due, fired in map(backstop_of, lan.hosts))
+        ups = wait_until(f"the backstop's watcher on {host.name}", partial(ray_ups, host), 60)
+        first = backstop_lines(host)[0]
+        assert (first["stage"], first["seconds"]) == ("first_boot", str(FIRST_BOOT_S)), (host.name, first)
+        due, fired = backstop_of(host)
+        assert ups[-1]["seconds"] == str(3600 * BACKSTOP_HOURS) and due == epoch(ups[-1]["at"]), (host.name, ups)
+        assert due > epoch(first["at"]) and not fired, (host.name, first, due, fired)
+        ends[host.name] = due
+
+    # A second `ray up` that changes nothing: Ray skips initialization_commands (the head's first-boot end is not
+    # scheduled again) but runs the start commands again (the head's at once, a worker's when the head's
+    # autoscaler restarts it), so every node's end moves later: it never comes under a job started after it.
+    again = cluster.launcher("up")
+    text = clear(cluster.log.read_text()).rsplit("\n$ ray up ", 1)[-1]
+    assert again.returncode == 0 and "Configuration already up to date" in text, text[-3000:]
+    for host in lan.hosts:
+        later = wait_until(
+            f"{host.name}'s end moved by the second `ray up`", lambda h=host: backstop_of(h)[0] > ends[h.name], 300
+        )
+        assert later, host.name
+    head = lan.hosts[0]
+    assert [x["stage"] for x in backstop_lines(head)].count("first_boot") == 1, backstop_lines(head)
+    assert not any(backstop_of(host)[1] for host in lan.hosts), "a backstop's stand-in fired under the cluster"
+    figures["backstop_moved_s"] = min(backstop_of(host)[0] - ends[host.name] for host in lan.hosts)
 
     # Down by the head's watcher: the YAML's own line again, with 0.1 idle minutes.
     cluster.close_tunnel()
@@ -295,12 +346,13 @@ def test_a_host_that_can_pull_nothing_and_is_not_root_is_told_so_in_one_line_wit
 
 
 @pytest.mark.docker
-def test_the_backstop_schedules_the_shutdown_or_its_stand_in_and_a_second_run_replaces_the_first(tmp_path):
+def test_the_backstop_schedules_the_short_end_then_moves_it_when_ray_comes_up_and_a_second_run_replaces_it(tmp_path):
     """infra/backstop.sh on one host as ubuntu, as the YAML's first step runs it. Without a stand-in it asks
-    `sudo shutdown -P +MINUTES` (here a sudo that records what it is asked; the real one would power the node
-    off) and a refused sudo is one line and exit 1; a bad HOURS is one line and exit 2. With the stand-in, its
-    command fires after the delay, and a second run before then replaces the first, as logind's single
-    scheduled shutdown is replaced."""
+    `sudo shutdown -P +MINUTES` for the first-boot minutes (here a sudo that records what it is asked; the real one
+    would power the node off), and its watcher asks for HOURS once the marker is touched, as the start commands do
+    in the container; a refused sudo is one line and exit 1; a bad HOURS or MINUTES is one line and exit 2. With the
+    stand-in, its command fires after the delay, a second run before then replaces the first, as logind's single
+    scheduled shutdown is replaced, and each touch of the marker moves the end to HOURS from then."""
     cache = tmp_path / "empty-cache"
     cache.mkdir()
     os.chown(cache, LOGIN_UID, LOGIN_UID)
@@ -315,29 +367,48 @@ def test_the_backstop_schedules_the_shutdown_or_its_stand_in_and_a_second_run_re
         )
         (fake / "sudo").chmod(0o755)
         with_fake = f"PATH=/tmp/fake-sudo:$PATH {backstop}"
+        asked_file = node.folder / "tmp" / "sudo-asked"
 
-        asked = on_host(node, f"{with_fake} 4")
+        asked = on_host(node, f"{with_fake} 4 40")
         assert asked.returncode == 0 and asked.stderr == "", asked.stdout + asked.stderr
         line = fields(asked.stdout.strip())
-        assert (line["hours"], line["seconds"], line["by"]) == ("4", "14400", "shutdown"), asked.stdout
-        wall = "pong backstop: this node ends after 4 hours (MAX_NODE_HOURS)"
-        assert (node.folder / "tmp" / "sudo-asked").read_text() == f"shutdown -P +240 {wall}\n"
-        on_host(node, f"{with_fake} 0.001")  # 3.6 s: a whole minute, the least shutdown can wait
-        assert (node.folder / "tmp" / "sudo-asked").read_text().startswith("shutdown -P +1 ")
+        assert (line["stage"], line["hours"], line["seconds"], line["by"]) == ("first_boot", "4", "2400", "shutdown")
+        wall = "pong backstop: this node ends 40 minutes from its setup unless its Ray comes up"
+        assert asked_file.read_text() == f"shutdown -P +40 {wall}\n"
+        # The node's Ray is up: the container (uid 1000, as ubuntu here) touches the marker; the watcher asks for 4 h.
+        assert on_host(node, f"touch {MARKER}").returncode == 0
+        wall = "pong backstop: this node ends 4 hours after its Ray last came up (MAX_NODE_HOURS)"
+        wait_until("the watcher's shutdown", lambda: asked_file.read_text() == f"shutdown -P +240 {wall}\n", 30)
+        assert [(x["stage"], x["seconds"]) for x in ray_ups(node)] == [("ray_up", "14400")], backstop_lines(node)
+        least = on_host(node, f"{with_fake} 0.001 0.02")  # 1.2 s: a whole minute, the least shutdown can wait
+        assert least.returncode == 0, least.stderr
+        assert asked_file.read_text().startswith("shutdown -P +1 ")
         (node.folder / "tmp" / "sudo-refuses").touch()
-        refused = on_host(node, f"{with_fake} 4")
+        refused = on_host(node, f"{with_fake} 4 40")
         assert refused.returncode == 1 and refused.stdout == "", refused.stdout + refused.stderr
         assert refused.stderr.strip() == "backstop: cannot schedule the node's shutdown: sudo: a password is required"
-        for bad in ("0", "-1", "soon", ""):
-            said = on_host(node, f"{backstop} {quote(bad)}")
-            assert said.returncode == 2 and said.stdout == "" and len(said.stderr.splitlines()) == 1, said
+        for bad in ("0 40", "-1 40", "soon 40", "'' 40", "4 0", "4 x", "4"):
+            said = on_host(node, f"{backstop} {bad}")
+            assert said.returncode == 2 and said.stdout == "" and len(said.stderr.splitlines()) == 1, (bad, said)
 
         set_stand_in(node)
-        first = on_host(node, f"{backstop} 0.005")  # 18 s
+        first = on_host(node, f"{backstop} 0.002 0.3")  # 18 s
         time.sleep(2)
-        second = on_host(node, f"{backstop} 0.002")  # 7 s: due before the first would have been
+        second = on_host(node, f"{backstop} 0.005 0.12")  # 7 s: due before the first would have been
         assert first.returncode == second.returncode == 0, first.stderr + second.stderr
-        assert fields(second.stdout.strip())["by"] == "stand_in" and fields(second.stdout.strip())["seconds"] == "7"
+        said = fields(second.stdout.strip())
+        assert (said["stage"], said["by"], said["seconds"]) == ("first_boot", "stand_in", "7"), second.stdout
         time.sleep(25)  # past the first's due time too
         due, fired = backstop_of(node)
-    assert len(fired) == 1 and due <= fired[0] <= due + 5, (due, fired)
+        assert len(fired) == 1 and due <= fired[0] <= due + 5, (due, fired)
+        # Ray comes up, twice: each touch moves the end to 0.005 h (18 s) from then; it fires once, after the last.
+        assert on_host(node, f"touch {MARKER}").returncode == 0
+        moved = wait_until("the watcher's first move", lambda: backstop_of(node)[0] > due and backstop_of(node)[0], 15)
+        time.sleep(3)
+        assert on_host(node, f"touch -d @{int(time.time()) + 1} {MARKER}").returncode == 0  # a new mtime
+        last = wait_until(
+            "the watcher's second move", lambda: backstop_of(node)[0] > moved and backstop_of(node)[0], 15
+        )
+        time.sleep(25)
+        _, fired = backstop_of(node)
+    assert len(fired) == 2 and last <= fired[1] <= last + 5, (moved, last, fired)

@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 import yaml
 from harness import REPO, THREADS, clean_env, fields, read_env_file, run
+from pongtools.clusterfile import backstop
 from ray.autoscaler._private.util import prepare_config, validate_config
 from ray.autoscaler.sdk import get_docker_host_mount_location
 
 CLUSTER_FILES = sorted((REPO / "cluster").glob("*.yaml"))
+BACKSTOP = (REPO / "infra" / "backstop.sh").read_text()
 TOKEN = "~/.ray/auth_token"
 
 
@@ -306,8 +308,8 @@ def test_max_node_hours_on_a_yaml_without_a_backstop_is_one_line_and_exit_2(tmp_
     made, _ = write_variant(tmp_path, "--max-node-hours", "8", cluster="cluster/local.yaml")
     assert made.returncode == 2 and made.stdout == "", made.stdout + made.stderr
     assert made.stderr.strip() == (
-        "error: cluster/local.yaml needs exactly one backstop step (bash .../infra/backstop.sh HOURS) to set"
-        " MAX_NODE_HOURS, has 0"
+        "error: cluster/local.yaml needs exactly one backstop step (bash .../infra/backstop.sh HOURS MINUTES) to"
+        " set MAX_NODE_HOURS, has 0"
     ), made.stderr
     assert not (tmp_path / "variant.yaml").exists()
 
@@ -379,6 +381,61 @@ def test_make_up_refuses_a_bad_cluster_file_or_choice_in_one_line_before_ray_up(
     assert made.returncode == 2 and len(said_lines) == 1 and said in said_lines[0], made.stdout + made.stderr
     assert "ray up" not in made.stdout + made.stderr and "variant " not in made.stdout, made.stdout
     assert not variant_dir.exists() or not list(variant_dir.iterdir()), list(variant_dir.iterdir())
+
+
+def venv_whose_ray_fails(folder):
+    """A venv for `make up VENV=...`: this one's python, and a `ray` that records each call in folder/ray-calls
+    and makes the token (`make token`'s call) but fails `ray up` as a launch that failed after RunInstances does."""
+    bin_ = folder / "bin"
+    bin_.mkdir(parents=True)
+    (bin_ / "python").write_text(f'#!/bin/bash\nexec {sys.executable} "$@"\n')
+    (bin_ / "ray").write_text(
+        f'#!/bin/bash\necho "$*" >> {folder}/ray-calls\n[ "$1" != up ] || {{ echo "FileNotFoundError: ~/.ray/auth_token"'
+        " >&2; exit 1; }\n"
+    )
+    (bin_ / "uv").write_text("#!/bin/bash\nexit 1\n")  # never run: the stamp below is newer
+    for tool in bin_.iterdir():
+        tool.chmod(0o755)
+    (folder / ".installed").touch()
+    return folder
+
+
+@pytest.mark.parametrize(
+    "variables, launched, said",
+    [
+        (
+            ["MAX_NODE_HOURS=8"],
+            "{variant_dir}/aws-spot0-hours8.yaml",
+            "the nodes it launched may still run and bill: each ends by itself within 40 minutes of its boot or"
+            " setup (the first-boot backstop), or 8 hours after its Ray last came up (MAX_NODE_HOURS); end them"
+            " now: make down CLUSTER=cluster/aws.yaml (or ray down -y {variant_dir}/aws-spot0-hours8.yaml)",
+        ),
+        (
+            ["CLUSTER=cluster/local.yaml"],
+            "cluster/local.yaml",
+            "what it started runs until you end it (no backstop); end them now: make down CLUSTER=cluster/local.yaml"
+            " (or ray down -y cluster/local.yaml)",
+        ),
+    ],
+    ids=["aws", "local"],
+)
+def test_make_up_whose_ray_up_fails_says_what_still_runs_and_how_to_end_it_in_one_line(
+    tmp_path, variables, launched, said
+):
+    """`make up` when `ray up` fails after launching nodes: one line says what may still bill, when it ends by
+    itself (the launched copy's backstop) and how to end it now, and make fails."""
+    venv = venv_whose_ray_fails(tmp_path / "venv")
+    variant_dir = tmp_path / "variant"
+    made = run(
+        ["make", "up", *variables, f"VENV={venv}", f"VARIANT_DIR={variant_dir}"],
+        clean_env(HOME=str(tmp_path / "home")),
+        timeout=120,
+    )
+    launched = launched.format(variant_dir=variant_dir)
+    assert made.returncode != 0, made.stdout + made.stderr
+    assert (venv / "ray-calls").read_text().splitlines()[-1] == f"up -y {launched}"
+    lines = [line for line in made.stderr.splitlines() if line.startswith("up:")]
+    assert lines == [f"up: `ray up -y {launched}` failed; {said.format(variant_dir=variant_dir)}"], made.stderr
 
 
 @pytest.mark.parametrize(
@@ -491,33 +548,57 @@ def test_aws_boots_canonicals_current_ubuntu_lts_and_installs_docker_from_it():
     assert "usermod -aG docker" in prepare[apt + 1] and "/var/run/docker.sock" in prepare[apt + 1]
 
 
-def test_every_aws_node_ends_itself_after_max_node_hours_first_of_all(tmp_path):
+def test_every_aws_node_ends_itself_soon_unless_its_ray_comes_up_then_after_max_node_hours(tmp_path):
     """The backstop: every node type is terminated, not stopped, when its OS powers it off, and every node's
-    first initialization command schedules that power-off, 4 hours on (the YAML's comment says why)."""
+    first initialization command schedules that power-off 40 minutes on, short, so a `ray up` that fails after the
+    launch leaves its nodes no longer, and 4 hours after the node's Ray came up (the YAML's comment says why)."""
     config = prepared(REPO / "cluster" / "aws.yaml")
     types = config["available_node_types"]
     behaviors = {name: t["node_config"].get("InstanceInitiatedShutdownBehavior") for name, t in types.items()}
     assert set(behaviors.values()) == {"terminate"}, behaviors
+    hours, minutes = backstop(config)
+    assert hours == 4 and minutes <= 45, (hours, minutes)  # a failed `ray up` leaves nodes under 45 minutes
     host_copy = get_docker_host_mount_location(config["cluster_name"])
-    assert config["initialization_commands"][0] == f"bash {host_copy}/tmp/pong-build/infra/backstop.sh 4"
+    assert config["initialization_commands"][0] == f"bash {host_copy}/tmp/pong-build/infra/backstop.sh 4 40"
     assert (REPO / "infra" / "backstop.sh").exists() and config["file_mounts"]["/tmp/pong-build/infra"] == "./infra"
     assert "backstop.sh" not in " ".join(prepared(REPO / "cluster" / "local.yaml")["initialization_commands"])
-    # From the first boot too, before SSH: every type's UserData is the script variant writes for those 4 hours.
+    # No node type has steps or a container of its own, which would leave the backstop or its signal out.
+    assert not [name for name, t in types.items() if {"initialization_commands", "docker"} & t.keys()], types
+    # From the first boot too, before SSH: every type's UserData is the script variant writes for the step's
+    # minutes, which powers the node off 40 minutes after its boot.
     from variant import boot_backstop
 
     booted = {name: t["node_config"].get("UserData") for name, t in types.items()}
-    assert booted == dict.fromkeys(types, boot_backstop(4)), booted
-    assert boot_backstop(4).splitlines()[1].startswith("shutdown -P +240 ")
+    assert booted == dict.fromkeys(types, boot_backstop(hours, minutes)), booted
+    assert boot_backstop(hours, minutes).splitlines()[1].startswith("shutdown -P +40 ")
 
-    # MAX_NODE_HOURS=8: that step and the UserData alone differ, and the line says it.
+    # MAX_NODE_HOURS=8: that step and the UserData alone differ, the first-boot minutes stay, the line says it.
     made, variant = write_variant(tmp_path, "--max-node-hours", "8")
     assert made.returncode == 0 and fields(made.stdout.strip())["max_node_hours"] == "8", made.stdout + made.stderr
-    assert variant["initialization_commands"][0] == f"bash {host_copy}/tmp/pong-build/infra/backstop.sh 8"
+    assert variant["initialization_commands"][0] == f"bash {host_copy}/tmp/pong-build/infra/backstop.sh 8 40"
     variant["initialization_commands"][0] = config["initialization_commands"][0]
     for name, node_type in variant["available_node_types"].items():
-        assert node_type["node_config"]["UserData"].splitlines()[1].startswith("shutdown -P +480 "), name
-        node_type["node_config"]["UserData"] = boot_backstop(4)
+        assert node_type["node_config"]["UserData"] == boot_backstop(8, 40), name
+        assert node_type["node_config"]["UserData"].splitlines()[1].startswith("shutdown -P +40 "), name
+        node_type["node_config"]["UserData"] = boot_backstop(4, 40)
     assert variant == config
+
+
+def test_the_head_and_every_worker_tell_the_backstop_when_their_ray_is_up():
+    """The backstop's watcher on each host moves the node's end to MAX_NODE_HOURS when the node's Ray comes up: the
+    start commands of the head and of the workers (Ray runs them at every `ray up` and when its autoscaler restarts
+    a worker) touch its marker, in the host folder that docker's run_options mount into the container, right after
+    `ray start` (Ray stops at a command that fails, so only a Ray that started)."""
+    config = prepared(REPO / "cluster" / "aws.yaml")
+    marks = re.search(r"^MARKS=(\S+)$", BACKSTOP, re.M).group(1)
+    marker = re.search(r'^MARKER="\$MARKS/(\S+)"$', BACKSTOP, re.M).group(1)
+    options = shlex.split(" ".join(config["docker"]["run_options"]))
+    mounts = dict(options[n + 1].split(":")[:2] for n, option in enumerate(options) if option == "-v")
+    assert marks in mounts, mounts
+    for key in ("head_start_ray_commands", "worker_start_ray_commands"):
+        commands = config[key]
+        (start,) = [n for n, command in enumerate(commands) if re.search(r"\bray start\b", command)]
+        assert commands[start + 1 : start + 2] == [f"touch {mounts[marks]}/{marker}"], (key, commands)
 
 
 def test_aws_opens_no_extra_port_and_leaves_nothing_billing_after_down():

@@ -1,6 +1,6 @@
 """What a cluster launcher config (cluster/aws.yaml, cluster/local.yaml, or a copy cluster/variant.py wrote) says:
 whether Ray's launcher takes it, the nodes and CPUs it starts at most, how its nodes get the image, the minutes
-its head's autodown watcher waits, and the port of its head's dashboard. The one reader of each, for `make up`
+its head's autodown watcher waits, its nodes' backstop, and the port of its head's dashboard. The one reader of each, for `make up`
 (cluster/variant.py), `make run` (pongtools.launch) and the head's watcher (infra/autodown.py, which runs with
 pgpong and pongtools beside it: the YAMLs' file_mounts)."""
 
@@ -17,6 +17,9 @@ AUTODOWN = "infra/autodown.py"
 NUM_CPUS = re.compile(r"--num-cpus[= ](\d+)")
 DASHBOARD_PORT = re.compile(r"--dashboard-port[= ](\d+)")
 DEFAULT_DASHBOARD_PORT = 8265  # Ray's, where `ray start --head` puts the dashboard without --dashboard-port
+# The backstop step of cluster/aws.yaml's initialization_commands (infra/backstop.sh): `bash .../backstop.sh HOURS
+# MINUTES`, MAX_NODE_HOURS and the first-boot minutes (cluster/variant.py writes it).
+BACKSTOP_STEP = re.compile(r"^(bash \S+/infra/backstop\.sh) (\S+) (\S+)$")
 
 
 def ray_refusal(config):
@@ -90,6 +93,19 @@ def autodown_minutes(config):
         if AUTODOWN in command:
             return float(command.split("--idle-minutes", 1)[1].split()[0])
     return None
+
+
+def backstop_steps(config):
+    """[(index, its match of BACKSTOP_STEP)] of the backstop steps in config's initialization_commands."""
+    steps = config.get("initialization_commands") or []
+    return [(n, m) for n, m in ((n, BACKSTOP_STEP.match(str(s).strip())) for n, s in enumerate(steps)) if m]
+
+
+def backstop(config):
+    """(hours, minutes) of config's backstop: each node ends `hours` after its Ray last came up (MAX_NODE_HOURS), or
+    `minutes` after its first boot or its setup while its Ray is not up; None when it has none (local.yaml)."""
+    found = backstop_steps(config)
+    return (float(found[0][1].group(2)), float(found[0][1].group(3))) if found else None
 
 
 def dashboard_port(config):
