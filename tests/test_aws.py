@@ -38,7 +38,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from harness import REPO, clean_env, fields, run
+from harness import REPO, VENV_BIN, clean_env, fields, run
 from harness.aws import (
     AWS_YAML,
     ON_DEMAND_QUOTA,
@@ -48,6 +48,7 @@ from harness.aws import (
     UBUNTU_AMI,
     UBUNTU_NAME,
     image_parameter,
+    laptop_token,
     make_iam,
     serve_ec2_quota,
 )
@@ -236,6 +237,43 @@ def test_ray_launches_every_node_on_the_current_ubuntu_image(aws, monkeypatch):
     assert not [i for i in instances if "InstanceLifecycle" in i], "an on-demand cluster started a spot instance"
 
 
+def live_instances():
+    """The ids of the account's instances that are pending or running: what bills."""
+    states = [{"Name": "instance-state-name", "Values": ["pending", "running"]}]
+    found = boto("ec2").describe_instances(Filters=states)["Reservations"]
+    return [i["InstanceId"] for r in found for i in r["Instances"]]
+
+
+def test_a_bare_ray_up_before_make_token_starts_no_instance(aws, tmp_path):
+    """`ray up -y cluster/aws.yaml` typed on a fresh clone before `make token`, with an empty HOME: in a shell that
+    sourced cluster/env.sh (the README's first line), one line naming `make token`; with Ray's own `ray`, Ray's
+    FileNotFoundError on the token. Either way no instance starts: the YAML names the token as auth.ssh_public_key,
+    which Ray reads before RunInstances. Without that key, the same YAML launches the head and then fails on the
+    same file, leaving it billing (what the key is there for)."""
+    assert not (aws.home / ".ray").exists()
+    (tmp_path / "tmp").mkdir()  # Ray caches each bootstrapped config in the temp dir: none from another account
+    env = clean_env(TMPDIR=str(tmp_path / "tmp"))
+    typed = run(["bash", "-c", "source cluster/env.sh && ray up -y cluster/aws.yaml"], env, timeout=240)
+    assert typed.returncode == 2, typed.stdout + typed.stderr
+    assert typed.stdout == "" and len(typed.stderr.splitlines()) == 1, typed.stdout + typed.stderr
+    assert "there is none here: run `make token` first" in typed.stderr, typed.stderr
+    assert live_instances() == []
+
+    bare = run([str(VENV_BIN / "ray"), "up", "-y", "cluster/aws.yaml"], env, timeout=240)
+    said = bare.stdout + bare.stderr
+    assert bare.returncode != 0, said
+    assert f"No such file or directory: '{aws.home}/.ray/auth_token'" in said, said
+    assert "Launched a new head node" not in said, said
+    assert live_instances() == []
+
+    unguarded = variant(tmp_path, lambda config: config["auth"].pop("ssh_public_key"))
+    launched = run([str(VENV_BIN / "ray"), "up", "-y", str(unguarded)], env, timeout=240)
+    said = launched.stdout + launched.stderr
+    assert launched.returncode != 0 and "Launched a new head node" in said, said
+    assert f"No such file or directory: '{aws.home}/.ray/auth_token'" in said, said
+    assert len(live_instances()) == 1
+
+
 def shutdown_behaviors(ids):
     """{instance id: what EC2 does when its OS shuts it down}, as EC2 describes each instance's attribute."""
     ec2 = boto("ec2")
@@ -311,6 +349,7 @@ def launch_as_ray_does(booted):
         TAG_RAY_USER_NODE_TYPE,
     )
 
+    laptop_token()
     provider = AWSNodeProvider(booted["provider"], booted["cluster_name"])
     calls = []
     # What Ray sends to EC2, seen by botocore just before the request is made.
@@ -412,6 +451,7 @@ def autoscale_as_ray_does(monkeypatch, booted, cpus, rounds=12):
     monkeypatch.syspath_prepend(str(REPO / "infra" / folder))
     monkeypatch.setenv("RAY_AUTOSCALER_UTILIZATION_SCORER", env["RAY_AUTOSCALER_UTILIZATION_SCORER"])
     (Path.home() / "ray_bootstrap_config.yaml").write_text(json.dumps(booted))
+    laptop_token()  # the head's copy of it (file_mounts), which its launcher hashes for each worker
 
     provider = AWSNodeProvider(booted["provider"], booted["cluster_name"])
     calls = []

@@ -47,6 +47,7 @@ from harness.aws import (
     check_iam_from_now,
     iam_user,
     infra,
+    laptop_token,
     serve_ec2_quota,
     use_aws,
 )
@@ -249,6 +250,7 @@ def test_with_the_heads_own_rights_ray_launches_a_worker_and_autodown_ends_this_
     )
 
     def tags(kind, node_type):
+        laptop_token()  # `ray up` hashes it into the launch config (cluster/aws.yaml, auth)
         config = booted["available_node_types"][node_type]["node_config"]
         return {
             TAG_RAY_NODE_KIND: kind,

@@ -217,6 +217,21 @@ def infra(name):
     return sys.modules[name]
 
 
+def laptop_token():
+    """The laptop's ~/.ray/auth_token, as `make token` leaves it (made if missing); its path. Ray hashes it
+    into every node's launch config (cluster/aws.yaml names it as auth.ssh_public_key), so a test that
+    launches as Ray does needs one, as `ray up` does."""
+    import secrets
+    from pathlib import Path
+
+    token = Path.home() / ".ray" / "auth_token"
+    if not token.exists():
+        token.parent.mkdir(parents=True, exist_ok=True)
+        token.write_text(secrets.token_hex(32))
+        token.chmod(0o600)
+    return token
+
+
 def make_iam(cluster_yaml, bucket=None):
     """What `make iam` makes for that YAML, made by infra/iam.py in this process with its credentials; its lines."""
     import io
