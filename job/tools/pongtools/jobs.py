@@ -65,6 +65,7 @@ class Cluster:
     def __init__(self, address):
         self.address = address
         self.client = connect(address)
+        self.reached = None  # submit.reached's answer, asked once (line)
         logging.getLogger("ray.dashboard.modules.job.sdk").setLevel(logging.WARNING)  # not its INFO "WebSocket closed"
 
     def ask(self, request, job_id=None):
@@ -89,12 +90,14 @@ class Cluster:
     def autodown_line(self):
         """The last line of the head's autodown watcher, or None where the head runs none (submit.autodown_line,
         which `make submit` and `make run` read too)."""
-        return self.ask(lambda: autodown_line(self.client))
+        head_id = self.reached.head_id if self.reached else None  # None: autodown_line asks for the nodes itself
+        return self.ask(lambda: autodown_line(self.client, head_id))
 
     def line(self):
         """`cluster address=... cluster=<name> nodes=N cpus=C`: which cluster this is (submit.reached), so that a job
         meant for a cloud head is not read from the laptop's own without a word."""
-        return kv("cluster", address=self.address, **self.ask(lambda: reached(self.client)).fields())
+        self.reached = self.ask(lambda: reached(self.client))
+        return kv("cluster", address=self.address, **self.reached.fields())
 
 
 def logs(cluster, job_id):
