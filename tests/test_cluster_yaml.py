@@ -88,6 +88,33 @@ def test_the_token_reaches_every_node_and_the_dashboard_stays_on_loopback(path):
     assert f"RAY_AUTH_TOKEN_PATH={mounted[1]}/{Path(TOKEN).name}" in options, options
 
 
+def image_user():
+    """(uid, HOME, the folders closed to it) of the image's user, as infra/base.Dockerfile makes it."""
+    text = (REPO / "infra" / "base.Dockerfile").read_text()
+    uid = int(re.search(r"useradd --uid (\d+)", text).group(1))
+    home = re.search(r"ENV HOME=(\S+)", text).group(1)
+    return uid, home, re.findall(r"chmod 0?700 (\S+)", text)
+
+
+@pytest.mark.parametrize("path", CLUSTER_FILES, ids=lambda p: p.name)
+def test_the_token_is_mounted_where_the_images_user_reads_it(path):
+    """Without Docker: the container's copy of the token (run_options' -v and RAY_AUTH_TOKEN_PATH) lies outside
+    every folder the image closes to its user (/root), the host's copy is opened to the image's uid and to no
+    other (initialization_commands), and the image's HOME is not root's, where Ray's own copy (file_mounts' ~)
+    and auth.ssh_public_key's would then be out of its reach."""
+    uid, home, closed = image_user()
+    assert closed == ["/root"] and home != "/root" and uid != 0, (uid, home, closed)
+    config = prepared(path)
+    options = shlex.split(" ".join(config["docker"]["run_options"]))
+    target = options[options.index("-v") + 1].split(":")[1]
+    token_path = next(o.split("=", 1)[1] for o in options if o.startswith("RAY_AUTH_TOKEN_PATH="))
+    for place in (target, token_path):
+        assert not any(Path(place).is_relative_to(folder) for folder in closed), (place, closed)
+    steps = [step for step in config["initialization_commands"] if "setfacl -m u:" in step]
+    assert len(steps) == 1 and f'= {uid} ] || setfacl -m u:{uid}:r "$token"' in steps[0], steps
+    assert config["auth"].get("ssh_public_key", TOKEN) == TOKEN, config["auth"]
+
+
 @pytest.mark.parametrize("path", CLUSTER_FILES, ids=lambda p: p.name)
 def test_the_head_names_its_cluster_by_the_label_submit_reads(path):
     """The head's `ray start --labels` names the cluster by its cluster_name under the label that `make submit`,

@@ -304,3 +304,38 @@ def test_the_default_cap_comes_from_the_plan_for_the_clusters_size():
     expected = 2 * (why["floor_s"] + 60 * why["seconds_per_update"]) / 3600
     assert expected <= hours < expected + 0.01, (hours, why)
     assert hours < more and hours < fewer_nodes, (hours, more, fewer_nodes)
+
+
+@pytest.mark.parametrize("max_hours", [None, "2"], ids=["plan", "MAX_HOURS"])
+def test_make_run_submits_its_job_with_the_cap_it_says(tmp_path, monkeypatch, capsys, max_hours):
+    """The cap of the `make_run step=cap` line is the one the job is submitted with (pongtools.submit, whose
+    tests see it reach the job's metadata and the head's watcher): make run in this process, its `ray` commands
+    answered 0 and its tunnel a stand-in, up to the submission, which is recorded and refused."""
+    sent, words = [], []
+
+    class Tunnel:
+        def __init__(self, cluster, port):
+            self.address = "http://127.0.0.1:9"  # discard: nothing answers, as no head is here
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    def submit(job, trainer_args, hours, address, cap_from):
+        sent.append((job, trainer_args, hours, cap_from))
+        raise launch.UserError("recorded, not sent")
+
+    monkeypatch.setattr(launch, "ray", lambda *w, **kw: words.append(w[0]) or 0)
+    monkeypatch.setattr(launch, "Tunnel", Tunnel)
+    monkeypatch.setattr(launch, "submit", submit)
+    argv = ["--cluster", "cluster/aws.yaml", "--out", str(tmp_path / "out")]
+    assert launch.main(argv + (["--max-hours", max_hours] if max_hours else [])) == 1
+    out = capsys.readouterr().out
+    cap = fields(only(out, "make_run step=cap")[0])
+    assert words == ["up", "down"] and fields(only(out, "make_run status=")[0])["status"] == "NOT_SUBMITTED", out
+    assert sent == [("pong", [], cap["max_hours"], "MAX_HOURS" if max_hours else "plan")], (sent, cap)
+    assert cap["max_hours"] == (
+        max_hours or f"{timecap.default_cap(launch.trainer_config('pong', 'pgpong', []), 11, 18)[0]:g}"
+    )
