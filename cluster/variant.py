@@ -196,7 +196,7 @@ def sized(config, nodes=None, types=None, cores=None):
 # (/tmp/ray/session_latest/logs/autodown.log in its container), where `make status` and `ray logs` find them.
 AUTODOWN_COMMAND = (
     "kill $(cat /tmp/ray/autodown.pid 2>/dev/null) 2>/dev/null; mkdir -p /tmp/ray;"
-    " (PYTHONPATH=/tmp/pong-build/job/pong:/tmp/pong-build/job/tools setsid nohup python"
+    " (PYTHONPATH=/tmp/pong-build/job/pong setsid nohup python"
     " /tmp/pong-build/infra/autodown.py"
     " --idle-minutes {minutes}"
     " >> /tmp/ray/session_latest/logs/autodown.log 2>&1 < /dev/null & echo $! > /tmp/ray/autodown.pid)"

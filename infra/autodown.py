@@ -55,8 +55,8 @@ restarting, say), bad_answer. Its lines are key=value, in the head's Ray log fol
 A mistake in its flags or the launcher's config is one line and exit 2, before it watches (pgpong.cli's
 contract, as every program here). A teardown that fails before it stopped anything is tried again a minute
 later; after Ray was stopped, exit 1. Stdlib only, but for Ray's token loader and boto3 on AWS (the image has
-both), pgpong's cli and pongtools' clusterfile (the one reader of the dashboard's port), whose packages the
-YAMLs' file_mounts copy to /tmp/pong-build/job/pong and /tmp/pong-build/job/tools, on the command's PYTHONPATH.
+both), and pgpong's cli, logline and raystart (the one reader of the dashboard's port), which the YAMLs' file_mounts
+copy to /tmp/pong-build/job/pong, on the command's PYTHONPATH: nothing of the laptop's tools (pongtools).
 """
 
 import argparse
@@ -72,7 +72,7 @@ from pathlib import Path
 
 from pgpong import cli, logline
 from pgpong.logline import kv
-from pongtools.clusterfile import dashboard_port
+from pgpong.raystart import dashboard_port
 
 ACTIVE = {"PENDING", "RUNNING"}
 CONFIG = "~/ray_bootstrap_config.yaml"
@@ -390,7 +390,7 @@ class Teardown:
 
 
 def dashboard_address(config):
-    """The head's Jobs API as the launcher's config starts it (pongtools.clusterfile), on the head's loopback
+    """The head's Jobs API as the launcher's config starts it (pgpong.raystart), on the head's loopback
     (both YAMLs keep the dashboard there)."""
     return f"http://127.0.0.1:{dashboard_port(config)}"
 

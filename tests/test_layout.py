@@ -100,6 +100,20 @@ def test_the_job_never_imports_the_tools_and_neither_imports_infra():
     assert not wrong, wrong
 
 
+def test_the_heads_programs_need_nothing_of_the_laptops_tools():
+    """What the YAMLs run on a head from infra/ (the autodown watcher, the autoscaler's scorer) imports the job's
+    package at most, never pongtools, and no YAML copies pongtools to its nodes: the head has what it needs on
+    purpose (pgpong.raystart, pgpong.cli), not the laptop's tools by accident."""
+    import yaml
+
+    on_the_head = [REPO / "infra" / "autodown.py", *sorted((REPO / "infra" / "autoscaler").glob("*.py"))]
+    wrong = [f"{p.relative_to(REPO)} imports pongtools" for p in on_the_head if "pongtools" in imports(p)]
+    for path in sorted((REPO / "cluster").glob("*.yaml")):
+        mounts = yaml.safe_load(path.read_text())["file_mounts"]
+        wrong += [f"{path.name} copies {local} to the nodes" for local in mounts.values() if "job/tools" in local]
+    assert not wrong, wrong
+
+
 def test_every_kept_run_reads_as_a_run():
     """Each folder of job/tools/runs/ holds metrics and weights, or a comparison run's run.json
     (pongtools.ship --metrics-only), that a tool can read (make plot RUN=...)."""

@@ -1,8 +1,8 @@
 """What a cluster launcher config (cluster/aws.yaml, cluster/local.yaml, or a copy cluster/variant.py wrote) says:
 whether Ray's launcher takes it, the nodes and CPUs it starts at most, how its nodes get the image, the minutes
 its head's autodown watcher waits, its nodes' backstop, and the port of its head's dashboard. The one reader of each, for `make up`
-(cluster/variant.py), `make run` (pongtools.launch) and the head's watcher (infra/autodown.py, which runs with
-pgpong and pongtools beside it: the YAMLs' file_mounts)."""
+(cluster/variant.py) and `make run` (pongtools.launch); the port's reader is pgpong.raystart's, which the head's watcher
+(infra/autodown.py) uses there without these tools."""
 
 import copy
 import os
@@ -11,12 +11,11 @@ from pathlib import Path
 
 import yaml
 from pgpong.cli import UserError
+from pgpong.raystart import dashboard_port  # noqa: F401 (the laptop's reader of it too)
 
 # The head's watcher, as the YAMLs' head_start_ray_commands start it (cluster/variant.py writes that command).
 AUTODOWN = "infra/autodown.py"
 NUM_CPUS = re.compile(r"--num-cpus[= ](\d+)")
-DASHBOARD_PORT = re.compile(r"--dashboard-port[= ](\d+)")
-DEFAULT_DASHBOARD_PORT = 8265  # Ray's, where `ray start --head` puts the dashboard without --dashboard-port
 # The backstop step of cluster/aws.yaml's initialization_commands (infra/backstop.sh): `bash .../backstop.sh HOURS
 # MINUTES`, MAX_NODE_HOURS and the first-boot minutes (cluster/variant.py writes it).
 BACKSTOP_STEP = re.compile(r"^(bash \S+/infra/backstop\.sh) (\S+) (\S+)$")
@@ -106,10 +105,3 @@ def backstop(config):
     `minutes` after its first boot or its setup while its Ray is not up; None when it has none (local.yaml)."""
     found = backstop_steps(config)
     return (float(found[0][1].group(2)), float(found[0][1].group(3))) if found else None
-
-
-def dashboard_port(config):
-    """The --dashboard-port of the config's head_start_ray_commands (its Jobs API), else Ray's default."""
-    commands = config.get("head_start_ray_commands")
-    found = DASHBOARD_PORT.search(" ".join(map(str, commands if isinstance(commands, list) else [])))
-    return int(found.group(1)) if found else DEFAULT_DASHBOARD_PORT
