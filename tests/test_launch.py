@@ -4,6 +4,7 @@ still ends in `ray down` and exit 1, and Ctrl-C during `ray up` promises no auto
 from the plan, and what the end and Ctrl-C say of autodown. The whole way, on a real cluster in Docker:
 tests/test_local_docker.py."""
 
+import json
 import os
 import signal
 import subprocess
@@ -306,30 +307,42 @@ def test_the_default_cap_comes_from_the_plan_for_the_clusters_size():
     assert hours < more and hours < fewer_nodes, (hours, more, fewer_nodes)
 
 
+class StandInTunnel:
+    """pongtools.tunnel.Tunnel's stand-in: an address where nothing answers, as no head is here."""
+
+    def __init__(self, cluster, port):
+        self.address = "http://127.0.0.1:9"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def in_process(monkeypatch, submit):
+    """make run in this process as far as the submission, which submit(job, trainer_args, max_hours, address,
+    cap_from) stands in for: its `ray` commands answered 0 and recorded (their first words, in the list returned),
+    its tunnel a stand-in."""
+    words = []
+    monkeypatch.setattr(launch, "ray", lambda *w, **kw: words.append(w[0]) or 0)
+    monkeypatch.setattr(launch, "Tunnel", StandInTunnel)
+    monkeypatch.setattr(launch, "submit", submit)
+    return words
+
+
 @pytest.mark.parametrize("max_hours", [None, "2"], ids=["plan", "MAX_HOURS"])
 def test_make_run_submits_its_job_with_the_cap_it_says(tmp_path, monkeypatch, capsys, max_hours):
     """The cap of the `make_run step=cap` line is the one the job is submitted with (pongtools.submit, whose
-    tests see it reach the job's metadata and the head's watcher): make run in this process, its `ray` commands
-    answered 0 and its tunnel a stand-in, up to the submission, which is recorded and refused."""
-    sent, words = [], []
-
-    class Tunnel:
-        def __init__(self, cluster, port):
-            self.address = "http://127.0.0.1:9"  # discard: nothing answers, as no head is here
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
+    tests see it reach the job's metadata and the head's watcher): make run in this process (in_process) up to
+    the submission, which is recorded and refused."""
+    sent = []
 
     def submit(job, trainer_args, hours, address, cap_from):
         sent.append((job, trainer_args, hours, cap_from))
         raise launch.UserError("recorded, not sent")
 
-    monkeypatch.setattr(launch, "ray", lambda *w, **kw: words.append(w[0]) or 0)
-    monkeypatch.setattr(launch, "Tunnel", Tunnel)
-    monkeypatch.setattr(launch, "submit", submit)
+    words = in_process(monkeypatch, submit)
     argv = ["--cluster", "cluster/aws.yaml", "--out", str(tmp_path / "out")]
     assert launch.main(argv + (["--max-hours", max_hours] if max_hours else [])) == 1
     out = capsys.readouterr().out
@@ -339,3 +352,18 @@ def test_make_run_submits_its_job_with_the_cap_it_says(tmp_path, monkeypatch, ca
     assert cap["max_hours"] == (
         max_hours or f"{timecap.default_cap(launch.trainer_config('pong', 'pgpong', []), 11, 18)[0]:g}"
     )
+
+
+def test_an_error_make_run_does_not_expect_still_ends_in_ray_down(tmp_path, monkeypatch, capsys):
+    """A bug after `ray up` (here a JSONDecodeError out of the submission, which no stage expects): its traceback,
+    a line saying so, then `ray down` all the same and the last line, status=ERROR cluster=down, exit 1."""
+
+    def submit(*args):
+        json.loads("{")
+
+    words = in_process(monkeypatch, submit)
+    assert launch.main(["--cluster", "cluster/aws.yaml", "--out", str(tmp_path / "out")]) == 1
+    out, err = capsys.readouterr()
+    last = fields(only(out, "make_run status=")[0])
+    assert words == ["up", "down"] and (last["status"], last["cluster"]) == ("ERROR", "down"), out + err
+    assert "json.decoder.JSONDecodeError" in err and "a bug of make run; the cluster goes down all the same" in err

@@ -26,7 +26,8 @@ Its stages (Stage), in order, each announced by a `make_run step=...` line, are 
 6. ship: pongtools.ship and pongtools.plot, in this process, as `make ship` does, into OUT/agent: the agent
    (pong-agent.npz, float16), its metrics and curve.png; `make play CHECKPOINT=OUT/agent` plays it;
 7. down: `ray down -y CLUSTER`, unless --keep.
-A job that fails is still fetched (what it left) and the cluster still goes down; the exit status is 1.
+A job that fails is still fetched (what it left) and the cluster still goes down, as after any error here, a bug's
+included (its traceback first); the exit status is 1.
 Ctrl-C stops this command, never the job: it says what still runs and bills, what is known of the
 head's autodown (nothing during `ray up`: the watcher starts with the head's Ray, at its end; after it,
 autodown's last line, read through the tunnel), and the command that ends it. The last line is
@@ -45,6 +46,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from pgpong import cli
@@ -267,7 +269,8 @@ class Launch:
         )
 
     def run(self):
-        """Every stage, the cluster down (or kept) however they end; the exit status."""
+        """Every stage, then the cluster down (or kept) however they end, a bug's exception included (its traceback
+        first); the exit status. Only Ctrl-C skips the teardown: main says what still runs and how to end it."""
         trained, agent = Trained("NOT_STARTED"), None
         self.enter(Stage.UP, cluster=self.a.cluster)
         try:
@@ -285,6 +288,10 @@ class Launch:
         except (RuntimeError, OSError) as error:
             print(f"make_run: {error}", file=sys.stderr, flush=True)
             trained = trained if trained.status != "NOT_STARTED" else Trained("ERROR")
+        except Exception:  # a bug of ours (a KeyError, a JSONDecodeError): said, and the cluster still goes down
+            traceback.print_exc()
+            print("make_run: the error above is a bug of make run; the cluster goes down all the same", file=sys.stderr)
+            trained = Trained("ERROR", trained.start, trained.done)
         cluster = self.down()
         left_up = {"autodown": self.autodown()[0]} if cluster != "down" else {}
         seconds = round(time.monotonic() - self.started, 1)
