@@ -157,9 +157,10 @@ define need-own-image
 if [[ "$(origin IMAGE)" == environment* ]]; then \
   echo "make: IMAGE=$$IMAGE comes from your shell's environment; say it on make's command line: IMAGE=<registry>/<name:tag> to pull it, IMAGE= to build the image (or unset IMAGE)" >&2; exit 2; fi
 endef
-# The cluster token, made after a target's checks: a refused command writes nothing.
+# The cluster token, made after a target's checks: a refused command writes nothing. Ray writes it (and ~/.ray)
+# with the shell's umask, 0644 under the usual 022; umask 077 makes them 0600 and 0700 from the start.
 define make-token
-$(BIN)/ray get-auth-token --generate >/dev/null && echo "token: ~/.ray/auth_token (keep it secret: it opens the cluster's Jobs API)"
+(umask 077 && $(BIN)/ray get-auth-token --generate >/dev/null) && echo "token: ~/.ray/auth_token (keep it secret: it opens the cluster's Jobs API)"
 endef
 # `make run`'s command line for pong-run (pongtools.launch), which checks it all (--check) before anything is written.
 LAUNCH_ARGS = --down-cluster $(CLUSTER) --job $(JOB) $(if $(OUT),--out "$(OUT)") --keep "$(KEEP)" \
