@@ -187,7 +187,7 @@ mode=registry
 if [[ "${LOCAL_BASE:-0}" == 1 ]]; then
     mode=local
 elif [[ "$(docker image inspect --format '{{.Os}}/{{.Architecture}}' "$registry_os" 2>/dev/null)" != "$platform" ]]; then
-    say "pulling $registry_os ($platform)"
+    say "pulling $registry_os"
     if ! pulled="$(docker pull --platform "$platform" "$registry_os" 2>&1)"; then
         can_have_local_base || die "cannot pull $registry_os ($(tail -1 <<<"$pulled")), and the local base it falls back to is not made here and needs root to make; check this host's network and Docker Hub access"
         say "cannot pull $registry_os ($(tail -1 <<<"$pulled")); using a local Debian root instead"
