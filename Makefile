@@ -157,9 +157,15 @@ define need-own-image
 if [[ "$(origin IMAGE)" == environment* ]]; then \
   echo "make: IMAGE=$$IMAGE comes from your shell's environment; say it on make's command line: IMAGE=<registry>/<name:tag> to pull it, IMAGE= to build the image (or unset IMAGE)" >&2; exit 2; fi
 endef
-# The cluster token, made after a target's checks: a refused command writes nothing.
+# An IMAGE every node would pull (given, or recorded by make image-push) of another platform than the nodes'
+# (infra/image.env's PLATFORM) is refused in one line, exit 2; one this machine's Docker engine lacks is not read.
+define need-node-platform
+$(if $(IMAGE),infra/image-platform.sh "$(IMAGE)" make --if-present,true)
+endef
+# The cluster token, made after a target's checks: a refused command writes nothing. Ray writes it (and ~/.ray)
+# with the shell's umask, 0644 under the usual 022; umask 077 makes them 0600 and 0700 from the start.
 define make-token
-$(BIN)/ray get-auth-token --generate >/dev/null && echo "token: ~/.ray/auth_token (keep it secret: it opens the cluster's Jobs API)"
+(umask 077 && $(BIN)/ray get-auth-token --generate >/dev/null) && echo "token: ~/.ray/auth_token (keep it secret: it opens the cluster's Jobs API)"
 endef
 # `make run`'s command line for pong-run (pongtools.launch), which checks it all (--check) before anything is written.
 LAUNCH_ARGS = --down-cluster $(CLUSTER) --job $(JOB) $(if $(OUT),--out "$(OUT)") --keep "$(KEEP)" \
@@ -260,6 +266,7 @@ local-down: $(INSTALLED) ## Stop the head that local-up started, and only it (ot
 up: $(INSTALLED) ## Launch or update the cluster: make token, then ray up -y CLUSTER (SPOT=1: spot workers; MIN_WORKERS=N; AUTODOWN=N minutes; MAX_NODE_HOURS=h)
 	@$(need-cluster-file)
 	@$(need-own-image)
+	@$(need-node-platform)
 	@$(write-variant)
 	@$(say-image)
 	@$(make-token)
@@ -271,6 +278,7 @@ run: $(TOOLS) ## Up, submit JOB with ARGS (MAX_HOURS: its cap), follow, fetch th
 	@$(need-cluster-file)
 	@$(need-job)
 	@$(need-own-image)
+	@$(need-node-platform)
 	@LAST_JOB_FILE=$(LAST_JOB_FILE) pong-run --check --cluster $(CLUSTER) $(LAUNCH_ARGS) -- $(ARGS)
 	@$(write-variant)
 	@$(say-image)
@@ -290,11 +298,11 @@ down: $(INSTALLED) ## Tear the cluster down: ray down -y CLUSTER
 ##@ Image and cloud account (infra/)
 
 .PHONY: image
-image: ## Build the cluster image from infra/Dockerfile (name in infra/image.env); cached rebuilds take seconds
+image: ## Build the cluster image from infra/Dockerfile for the nodes' linux/amd64 (infra/image.env); cached rebuilds take seconds
 	@infra/build-image.sh
 
 .PHONY: image-push
-image-push: ## Push the built image to REGISTRY (host:port[/path]) once; prints the IMAGE=... for `make up IMAGE=`
+image-push: ## Push the built image (linux/amd64 only) to REGISTRY (host:port[/path]) once; prints the IMAGE=... for `make up IMAGE=`
 	@REGISTRY="$(REGISTRY)" PUSHED_IMAGE_FILE="$(PUSHED_IMAGE_FILE)" infra/push-image.sh
 
 .PHONY: iam

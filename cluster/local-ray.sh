@@ -94,8 +94,8 @@ ensure_token() {
     fi
     if [[ ! -s "$HOME/.ray/auth_token" ]]; then
         local out
-        out="$("$ray" get-auth-token --generate 2>&1)" || { echo "$out" >&2; die "could not generate a token"; }
-        chmod 600 "$HOME/.ray/auth_token"
+        # umask 077 (in the command's subshell): the token is 0600, and ~/.ray 0700, from the start
+        out="$(umask 077 && "$ray" get-auth-token --generate 2>&1)" || { echo "$out" >&2; die "could not generate a token"; }
         say "generated a token in ~/.ray/auth_token (keep it private: it grants full access to the cluster)"
     fi
 }

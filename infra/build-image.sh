@@ -35,6 +35,9 @@
 # .cache/wheelhouse/ (made again when requirements.txt changes), the layers in Docker. Delete
 # .cache/ to start over.
 #
+# Every pull and build is of the nodes' platform, PLATFORM in infra/image.env (linux/amd64), whatever this
+# machine's: on a Mac, Docker builds it under emulation (the local road's OS root is this machine's own).
+#
 # Settings (environment): LOCAL_BASE=1, OS_IMAGE, DEBIAN_MIRROR (default
 # http://deb.debian.org/debian), PYTHON (the Python 3.11 that downloads wheels; default
 # .venv/bin/python, else python3).
@@ -50,6 +53,9 @@ die() { echo "build-image: $*" >&2; exit 1; }
 
 image="$(sed -n 's/^IMAGE=//p' "$here/image.env")"
 [[ -n "$image" ]] || die "infra/image.env has no IMAGE= line; put the image name there"
+# The nodes' platform (linux/amd64), said to every pull and build: a Mac then builds what the nodes run.
+platform="$(sed -n 's/^PLATFORM=//p' "$here/image.env")"
+[[ -n "$platform" ]] || die "infra/image.env has no PLATFORM= line; put the nodes' platform there"
 # The registry OS image is base.Dockerfile's default, so it is written down once.
 registry_os="${OS_IMAGE:-$(sed -n 's/^ARG OS_IMAGE=//p' "$here/base.Dockerfile")}"
 # The base's tag, infra/Dockerfile's default FROM; a label carries the recipe's hash, so a base of an older recipe is never reused.
@@ -107,7 +113,7 @@ build_base() {
     local os_image=$1 log="$work/base-build.log"
     say "building $base_image from $os_image (log: $log)"
     mkdir -p "$work/empty"
-    if ! docker build --file "$here/base.Dockerfile" --tag "$base_image" --label "pong.base.recipe=$recipe" \
+    if ! docker build --platform "$platform" --file "$here/base.Dockerfile" --tag "$base_image" --label "pong.base.recipe=$recipe" \
         --build-arg OS_IMAGE="$os_image" "$work/empty" >"$log" 2>&1; then
         tail -25 "$log" >&2
         die "docker build of infra/base.Dockerfile failed (the end of its log is above; all of it in $log)"
@@ -180,9 +186,9 @@ mkdir -p "$cache/image"
 mode=registry
 if [[ "${LOCAL_BASE:-0}" == 1 ]]; then
     mode=local
-elif ! docker image inspect "$registry_os" >/dev/null 2>&1; then
+elif [[ "$(docker image inspect --format '{{.Os}}/{{.Architecture}}' "$registry_os" 2>/dev/null)" != "$platform" ]]; then
     say "pulling $registry_os"
-    if ! pulled="$(docker pull "$registry_os" 2>&1)"; then
+    if ! pulled="$(docker pull --platform "$platform" "$registry_os" 2>&1)"; then
         can_have_local_base || die "cannot pull $registry_os ($(tail -1 <<<"$pulled")), and the local base it falls back to is not made here and needs root to make; check this host's network and Docker Hub access"
         say "cannot pull $registry_os ($(tail -1 <<<"$pulled")); using a local Debian root instead"
         mode=local
@@ -216,7 +222,7 @@ base="$base_image"
 
 log="$work/build.log"
 say "building $image from $base (log: $log)"
-if ! docker build --file "$here/Dockerfile" --tag "$image" \
+if ! docker build --platform "$platform" --file "$here/Dockerfile" --tag "$image" \
     --build-arg BASE_IMAGE="$base" --build-arg PIP_OFFLINE="$offline" \
     "$context" >"$log" 2>&1; then
     tail -25 "$log" >&2

@@ -26,13 +26,17 @@ the account:
 
 Each role holds one inline policy, <role>-policy, written anew on every run, so the role holds exactly
 what the files say. Everything made is tagged ray-cluster-name=<cluster> and made-by=infra/iam.py. One
-key=value line per thing made or found (status=made, found, updated or same), then a summary line. A
+key=value line per thing made or found (status=made, found, updated or same), then a summary line, once
+IAM shows every role and profile (usable=yes waited_s=...): AWS's IAM is eventually consistent, a profile
+just made may be unknown for seconds, and Ray tries RunInstances five times with no pause, so `make iam &&
+make run` would fail without this wait (boto3's waiters role_exists and instance_profile_exists). A
 mistake (no such YAML, a YAML that names no profiles, no credentials, an identity IAM refuses) is one line
 and exit 2. `make preflight` checks that the profiles exist and their roles hold these statements.
 """
 
 import json
 import string
+import time
 from pathlib import Path
 
 import yaml
@@ -202,21 +206,47 @@ def role_statements(iam, role):
     return {normalized(s) for s in statements}
 
 
+def wait_until_shown(iam, roles):
+    """Return once IAM answers GetRole and GetInstanceProfile for each role and its profile (of the same name),
+    as EC2 will need them; the seconds waited. boto3's waiters ask once a second, 20 and 40 times at most."""
+    from botocore.exceptions import WaiterError
+
+    start = time.monotonic()
+    for role in roles:
+        for waiter, kind, name in [
+            ("role_exists", "role", "RoleName"),
+            ("instance_profile_exists", "instance profile", "InstanceProfileName"),
+        ]:
+            try:
+                iam.get_waiter(waiter).wait(**{name: role})
+            except WaiterError as error:
+                raise UserError(
+                    f"IAM does not show {kind} {role} after {time.monotonic() - start:.0f} s ({error.kwargs['reason']});"
+                    " what was made is kept: run make iam again in a minute"
+                ) from None
+    return time.monotonic() - start
+
+
 def make(session, cluster, bucket=None):
-    """Make or find both roles, their policies and their profiles; one line each, then a summary line."""
+    """Make or find both roles, their policies and their profiles; one line each, then, once IAM shows them
+    all, a summary line."""
     account = session.client("sts").get_caller_identity()["Account"]
     iam = session.client("iam")
     trust = policy("trust-policy")
-    for role, wanted in policies(cluster, account, bucket).items():
+    roles = policies(cluster, account, bucket)
+    for role, wanted in roles.items():
         print(kv("iam", role=role, status=ensure_role(iam, role, trust, tags(cluster))), flush=True)
         name, status = ensure_policy(iam, role, wanted)
         print(kv("iam", policy=name, role=role, statements=len(wanted["Statement"]), status=status), flush=True)
         status = ensure_profile(iam, role, role, tags(cluster))
         print(kv("iam", instance_profile=role, role=role, status=status), flush=True)
+    waited = wait_until_shown(iam, roles)
     print(
         kv(
             "iam",
             status="ok",
+            usable="yes",
+            waited_s=f"{waited:.0f}",
             account=account,
             head=cluster.head_profile,
             worker=cluster.worker_profile,

@@ -11,7 +11,7 @@
 # the name to pass as `make up IMAGE=...`, and records it as IMAGE=... in PUSHED_IMAGE_FILE (default
 # .cache/pushed-image), where `make up` and `make run` of cluster/aws.yaml find an ECR image to pull
 # (Makefile). A mistake (no REGISTRY, no image built, a push the registry refuses) is one line on
-# stderr and exit 2, and records nothing.
+# stderr and exit 2, and records nothing; so is an image of another platform than PLATFORM in infra/image.env.
 set -eu -o pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -27,6 +27,8 @@ image="$(sed -n 's/^IMAGE=//p' "$here/image.env")"
 [[ -n "$image" ]] || die "infra/image.env has no IMAGE= line; put the image name there"
 docker info >/dev/null 2>&1 || die "no Docker engine answers; start one (make docker-engine)"
 docker image inspect "$image" >/dev/null 2>&1 || die "no image $image in this Docker engine; build it first with make image"
+# An image of another platform than the nodes' (a Mac's own build) is refused here, before anything is pushed.
+"$here/image-platform.sh" "$image" push-image || exit 2
 
 target="$registry/$image"
 docker tag "$image" "$target" || die "cannot tag $image as $target; REGISTRY=$registry is not a registry name (host:port[/path])"

@@ -5,6 +5,9 @@ tests/test_aws.py (whose docstring says what moto is given):
 - a new account's first run, as docs/aws.md's checklist has it: `make iam` makes each role, policy and
   instance profile once, tagged, `make token`, and `make preflight` passes; `make iam` again finds them,
   and with BUCKET adds the head's S3 statements;
+- `make iam` returns once IAM shows what it made (boto3's waiters), and its last line says so: with IAM that
+  answers NoSuchEntity for 3 s after each create, as AWS's eventually consistent IAM may, every role and
+  profile is there for whoever asks next (`make run`'s RunInstances, five tries with no pause in Ray);
 - `make preflight` names a missing profile or a statement a role lacks, and says to run `make iam`;
 - the config the head receives (Ray's bootstrap of cluster/aws.yaml) names each worker type's image as an
   SSM parameter the head's role may read (or an ami- ID), since EC2 resolves it with the launcher's rights;
@@ -47,6 +50,7 @@ from harness.aws import (
     check_iam_from_now,
     iam_user,
     infra,
+    lag_iam_reads,
     laptop_token,
     serve_ec2_quota,
     use_aws,
@@ -125,7 +129,9 @@ def test_a_new_accounts_first_run_makes_each_thing_once_and_preflight_passes(aws
     things = [(f["role"], f["status"]) for f in made[:-1]]
     assert things == [(WORKER, "made")] * 3 + [(HEAD, "made")] * 3, made
     assert [f.get("statements") for f in made if "policy" in f] == ["2", "11"], made
-    assert made[-1] == dict(status="ok", account=ACCOUNT, head=HEAD, worker=WORKER, bucket="none"), made
+    assert made[-1] | {"waited_s": "0"} == dict(
+        status="ok", usable="yes", waited_s="0", account=ACCOUNT, head=HEAD, worker=WORKER, bucket="none"
+    ), made
     assert {(f["node_type"], f["profile"], f["status"], f["statements"]) for f in profiles} == {
         ("ray.head.default", HEAD, "ok", "11"),
         *((worker, WORKER, "ok", "2") for worker in WORKER_TYPES),
@@ -139,6 +145,19 @@ def test_a_new_accounts_first_run_makes_each_thing_once_and_preflight_passes(aws
         assert [r["RoleName"] for r in profile["Roles"]] == [name]
         trust = infra("iam").document(iam.get_role(RoleName=name)["Role"]["AssumeRolePolicyDocument"])
         assert [s["Principal"] for s in trust["Statement"]] == [{"Service": "ec2.amazonaws.com"}], trust
+
+
+def test_make_iam_returns_when_iam_shows_its_roles_and_profiles(aws_account, monkeypatch):
+    lag_iam_reads(monkeypatch, 3)
+    ran = make("iam")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    iam = boto("iam")
+    for name in (WORKER, HEAD):  # at once, as `make run` would: each made less than 3 s ago by the last
+        assert iam.get_role(RoleName=name)["Role"]["RoleName"] == name
+        assert iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]["Roles"][0]["RoleName"] == name
+    summary = lines_of(ran, "iam")[-1]
+    assert summary["status"] == "ok" and summary["usable"] == "yes", ran.stdout
+    assert 2 <= float(summary["waited_s"]) <= 60, ran.stdout
 
 
 def test_make_iam_again_finds_everything_and_a_bucket_gives_the_head_that_bucket_only(aws):

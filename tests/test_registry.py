@@ -9,7 +9,9 @@ engine (harness.registry.NodeEngine) runs the pull step that cluster/variant.py 
 place of the build, and the image it pulled is the very image pushed (same ID), and it imports
 Ray, gymnasium and the emulator. `make image-push`'s mistakes are one line and exit 2. The push is
 recorded (PUSHED_IMAGE_FILE, here a temp file), and `make up` and `make run` of cluster/aws.yaml pull a
-recorded ECR image unless IMAGE is given, and say which path on the line before the token's.
+recorded ECR image unless IMAGE is given, and say which path on the line before the token's. An image of
+another platform than the nodes' (one that says linux/arm64, as a Mac builds) is refused in one line, exit 2,
+before the push and before `make up` or `make run` launches nodes that would pull it.
 
 Needs root, a Docker engine and the docker-registry package: `make docker-engine` installs
 both (infra/ci-docker.sh). About a minute: the pull copies 1.1 GB on loopback.
@@ -24,7 +26,7 @@ import pytest
 import yaml
 from harness import REPO, clean_env, fields, missing, only, read_env_file, run
 from harness.processes import free_port
-from harness.registry import REGISTRY, NodeEngine, Registry
+from harness.registry import REGISTRY, NodeEngine, Registry, load_image
 
 IMAGE = read_env_file(REPO / "infra" / "image.env")["IMAGE"]
 IMPORTS = "import ray, gymnasium, ale_py; print('imported', ray.__version__, gymnasium.__version__, ale_py.__version__)"
@@ -122,6 +124,66 @@ def test_a_node_pulls_the_pushed_image_instead_of_building_it(tmp_path, request)
 ECR_IMAGE = f"123456789012.dkr.ecr.us-west-2.amazonaws.com/{IMAGE}"
 
 
+def no_aws(tmp_path):
+    """A user's environment with no AWS credentials (Ray stops where it first asks AWS) and a home in tmp_path,
+    where the token goes, not into your ~/.ray."""
+    (tmp_path / "home").mkdir(exist_ok=True)
+    return {k: v for k, v in clean_env().items() if not k.startswith("AWS_")} | {
+        "HOME": str(tmp_path / "home"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+
+
+@pytest.mark.docker
+def test_an_image_of_another_platform_is_refused_before_the_push_and_before_up_or_run_pulls_it(tmp_path, request):
+    """An image that says linux/arm64, loaded here under names of its own: push-image.sh (a copy in tmp_path
+    whose image.env names it) refuses it before any tag or push; `make up` and `make run` of a record naming it
+    refuse before the token. One that says linux/amd64 passes both checks (the push then fails: no registry)."""
+    if shutil.which("docker") is None or run(["docker", "info"], clean_env(), timeout=60).returncode:
+        missing("no Docker engine answers; make docker-engine starts one")
+    tag = f"{IMAGE.split(':')[0]}-platform-test:{tmp_path.name[-30:]}"
+    arm, amd = f"{tag}-arm64", f"{tag}-amd64"
+    pulled = f"123456789012.dkr.ecr.us-west-2.amazonaws.com/{arm}"
+    for name, architecture in ((arm, "arm64"), (amd, "amd64"), (pulled, "arm64")):
+        load_image(name, architecture, clean_env())
+        request.addfinalizer(lambda name=name: run(["docker", "rmi", name], clean_env(), timeout=60))
+    closed = f"127.0.0.1:{free_port()}"  # nothing listens there
+
+    for name, line in (
+        (arm, f"push-image: image {arm} is linux/arm64, but the nodes run linux/amd64; make image builds"),
+        (amd, f"push-image: cannot push {closed}/{amd} ("),
+    ):
+        infra = tmp_path / name.replace(":", "-") / "infra"
+        infra.mkdir(parents=True)
+        for script in ("push-image.sh", "image-platform.sh"):
+            shutil.copy(REPO / "infra" / script, infra)
+        (infra / "image.env").write_text(f"IMAGE={name}\nPLATFORM=linux/amd64\n")
+        record = tmp_path / "pushed-image"
+        env = clean_env(REGISTRY=closed, PUSHED_IMAGE_FILE=str(record))
+        pushed = run([str(infra / "push-image.sh")], env, timeout=120)
+        assert pushed.returncode == 2 and not record.exists(), pushed.stdout + pushed.stderr
+        assert len(pushed.stderr.splitlines()) == 1 and pushed.stderr.startswith(line), pushed.stderr
+    tags = run(["docker", "image", "inspect", f"{closed}/{arm}"], clean_env(), timeout=60)
+    assert tags.returncode != 0, "the refused image was tagged for the registry"
+
+    record = tmp_path / "ecr"
+    record.write_text(f"IMAGE={pulled}\n")
+    for args in (["up"], ["run", "ARGS=--updates 1"]):
+        made = run(
+            ["make", *args, f"PUSHED_IMAGE_FILE={record}", f"VARIANT_DIR={tmp_path / 'variants'}"],
+            no_aws(tmp_path),
+            timeout=300,
+        )
+        assert made.returncode == 2, made.stdout + made.stderr
+        assert made.stdout == "" and made.stderr.splitlines()[0] == (
+            f"make: image {pulled} is linux/arm64, but the nodes run linux/amd64; make image builds linux/amd64 on any "
+            "machine, then make image-push (or IMAGE= builds on every node)"
+        ), made.stderr
+        assert not (tmp_path / "home" / ".ray").exists() and not (tmp_path / "variants").exists(), args
+
+
 def test_make_up_and_make_run_of_aws_yaml_pull_a_recorded_ecr_image_unless_image_is_given(tmp_path):
     """The recorded push decides: an ECR image recorded by `make image-push` is what `make up` and `make run` of
     cluster/aws.yaml pull (their line before the token's says so, and the launched copy names it); IMAGE= builds,
@@ -130,13 +192,7 @@ def test_make_up_and_make_run_of_aws_yaml_pull_a_recorded_ecr_image_unless_image
     ecr, loopback = tmp_path / "ecr", tmp_path / "loopback"
     ecr.write_text(f"IMAGE={ECR_IMAGE}\n")
     loopback.write_text(f"IMAGE=127.0.0.1:5000/{IMAGE}\n")
-    (tmp_path / "home").mkdir()
-    env = {k: v for k, v in clean_env().items() if not k.startswith("AWS_")} | {
-        "HOME": str(tmp_path / "home"),  # the token goes here, not into your ~/.ray
-        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
-        "AWS_CONFIG_FILE": str(tmp_path / "none"),
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }
+    env = no_aws(tmp_path)
     other = f"123456789012.dkr.ecr.us-west-2.amazonaws.com/team/{IMAGE}"
     cases = (
         (["up", f"PUSHED_IMAGE_FILE={ecr}"], f"image path=pull image={ECR_IMAGE} from={ecr}", ECR_IMAGE),

@@ -1,6 +1,7 @@
 """What could leak: the files a submission uploads. (401 without the token: test_submit.py;
 no Ray port open to the world: test_cluster_yaml.py; the token absent from job logs: test_e2e.py.)
-And what a submission uploads at all: the trainer's package, nothing of the tools."""
+And what a submission uploads at all: the trainer's package, nothing of the tools. The token `make token`
+writes is its owner's alone."""
 
 import ast
 import os
@@ -11,7 +12,7 @@ import time
 import zipfile
 
 import pytest
-from harness import JOB_DIR, REPO, run
+from harness import JOB_DIR, REPO, clean_env, run
 from harness.cluster import stop_job
 
 SECRETS = [
@@ -47,6 +48,21 @@ def test_the_uploaded_working_dir_leaves_out_anything_that_could_hold_a_secret(t
         names = {n.rstrip("/") for n in z.namelist()}
     assert "pkg/train.py" in names
     assert not [s for s in secrets if s in names], names
+
+
+def test_make_token_writes_a_token_only_its_owner_can_read(tmp_path):
+    """`make token` under the usual umask 022 (files 0644, folders 0755) in a home without ~/.ray: the token is
+    0600 and ~/.ray 0700, made so (no moment when another user could read them); a second call keeps the token."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = clean_env(HOME=str(home))
+    made = run(["bash", "-c", "umask 022 && make token"], env, timeout=120)
+    assert made.returncode == 0 and made.stdout.startswith("token: ~/.ray/auth_token"), made.stdout + made.stderr
+    token = home / ".ray" / "auth_token"
+    assert (oct(token.stat().st_mode & 0o777), oct(token.parent.stat().st_mode & 0o777)) == ("0o600", "0o700")
+    first = token.read_text()
+    again = run(["bash", "-c", "umask 022 && make token"], env, timeout=120)
+    assert again.returncode == 0 and token.read_text() == first, again.stdout + again.stderr
 
 
 def trainer_files(package="pgpong", entry="train"):

@@ -174,6 +174,29 @@ def check_iam_from_now(monkeypatch):
     monkeypatch.setattr(settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)
 
 
+def lag_iam_reads(monkeypatch, seconds):
+    """Make moto's IAM as AWS's is for a while after a create (IAM is eventually consistent): GetRole and
+    GetInstanceProfile answer NoSuchEntity for a role or instance profile made less than `seconds` ago."""
+    from moto.core.utils import utcnow
+    from moto.iam.exceptions import NotFoundException
+    from moto.iam.responses import IamResponse
+
+    def lagging(read, param, find):
+        def answer(self):
+            made = find(self.backend, self._get_param(param)).create_date
+            if (utcnow() - made).total_seconds() < seconds:
+                raise NotFoundException(f"{self._get_param(param)} not found (made {seconds} s ago at most)")
+            return read(self)
+
+        return answer
+
+    for name, param, find in [
+        ("get_role", "RoleName", lambda backend, name: backend.get_role(name)),
+        ("get_instance_profile", "InstanceProfileName", lambda backend, name: backend.get_instance_profile(name)),
+    ]:
+        monkeypatch.setattr(IamResponse, name, lagging(getattr(IamResponse, name), param, find))
+
+
 # EC2's two Standard vCPU quotas, as Service Quotas names them.
 ON_DEMAND_QUOTA = "L-1216C47A"
 SPOT_QUOTA = "L-34B43A08"
