@@ -65,11 +65,11 @@ def test_make_token_writes_a_token_only_its_owner_can_read(tmp_path):
     assert again.returncode == 0 and token.read_text() == first, again.stdout + again.stderr
 
 
-def trainer_files(package="pgpong", entry="train"):
-    """The files of `package` that `python -m <package>.<entry>` can reach: the modules it imports, at
-    the top or inside a function, theirs in turn, and the data files they name (learning_rates.json)."""
+def trainer_files(package="pgpong", entries=("train",)):
+    """The files of `package` that `python -m <package>.<entry>` can reach, for each entry: the modules it imports,
+    at the top or inside a function, theirs in turn, and the data files they name (learning_rates.json)."""
     folder = JOB_DIR / package
-    seen, todo, files = set(), [entry, "__init__"], set()
+    seen, todo, files = set(), [*entries, "__init__"], set()
     while todo:
         module = todo.pop()
         if module in seen or not (folder / f"{module}.py").exists():
@@ -87,10 +87,22 @@ def trainer_files(package="pgpong", entry="train"):
     return files
 
 
+def head_watcher_modules(package="pgpong"):
+    """The modules of `package` that the head's autodown watcher (infra/autodown.py) imports: the job's package
+    carries them on purpose, since the head has it (pgpong.raystart, cli, logline)."""
+    found = set()
+    for node in ast.walk(ast.parse((REPO / "infra" / "autodown.py").read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module == package:
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(package + "."):
+            found.add(node.module.split(".", 1)[1])
+    return sorted(found)
+
+
 def test_the_job_folder_packages_the_trainer_and_nothing_else(tmp_path):
     """What `ray job submit --working-dir job/pong` uploads, packaged by Ray's own code (which reads the
-    job's .rayignore): runtime_env.yaml and the files the trainer reaches. A tool's module or data in
-    job/pong, which the trainer never imports, fails this."""
+    job's .rayignore): runtime_env.yaml and the files the trainer or the head's watcher reaches. A tool's module
+    or data in job/pong, which neither imports, fails this."""
     from ray._private.runtime_env.packaging import create_package
 
     target = tmp_path / "package.zip"
@@ -98,7 +110,9 @@ def test_the_job_folder_packages_the_trainer_and_nothing_else(tmp_path):
     with zipfile.ZipFile(target) as z:
         names = {n for n in z.namelist() if not n.endswith("/")} - {".rayignore"}
     assert "pgpong/train.py" in names and "pgpong/learning_rates.json" in names
-    assert names == {"runtime_env.yaml", *trainer_files()}, sorted(names ^ {"runtime_env.yaml", *trainer_files()})
+    assert "raystart" in head_watcher_modules(), head_watcher_modules()
+    wanted = {"runtime_env.yaml", *trainer_files(entries=["train", *head_watcher_modules()])}
+    assert names == wanted, sorted(names ^ wanted)
 
 
 @pytest.mark.slow
