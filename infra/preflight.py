@@ -30,7 +30,8 @@ AWS, with read-only calls, whether `ray up` can get what the YAML asks for:
     spot-price        for spot nodes only: the spot price of the instance type now, in each
                       zone (EC2 DescribeSpotPriceHistory); "unknown" where EC2 gives none
     cost              the hourly price of every node at the YAML's largest size: on demand
-                      from infra/prices.yaml, spot nodes at the highest spot price of their zones
+                      from infra/prices.yaml, spot nodes at the highest spot price of their zones;
+                      with each node's EBS volumes and public IPv4 address (prices.yaml says whence)
 
 One key=value line per check, then a summary line. A failed check says what to do in
 fix="...". Exit status: 0 all passed (warnings allowed), 1 a check failed, 2 a mistake: a bad
@@ -670,22 +671,41 @@ def check_spot_prices(report, ec2, zones_text, plan):
     return highest
 
 
+def beside_instance(node_config, region, prices):
+    """(volumes, public IPv4) in USD an hour of one node beside its instance, from infra/prices.yaml: each EBS
+    volume of its BlockDeviceMappings by its VolumeSize and VolumeType (the AMI's own root, without one, is not
+    counted), its public address; None for a volume of a type or region the file has no price for."""
+    per_gb_month = prices["usd_per_gb_month"].get(region, {})
+    volumes = 0.0
+    for mapping in node_config.get("BlockDeviceMappings", []):
+        ebs = mapping.get("Ebs") or {}
+        price = per_gb_month.get(ebs.get("VolumeType", "gp2"))  # EC2's default type
+        if price is None or "VolumeSize" not in ebs:
+            return None
+        volumes += ebs["VolumeSize"] * price / prices["hours_per_month"]
+    return volumes, prices["usd_per_public_ipv4_hour"]
+
+
 def check_cost(report, plan, region, spot_prices):
     """The cluster's price an hour at its largest size: on-demand nodes from infra/prices.yaml, spot
     nodes at the highest spot price of their zones (spot_prices; Ray may launch in any of them), or on
-    demand where that is unknown."""
+    demand where that is unknown; and every node's volumes and public IPv4 address beside."""
     with open(PRICES) as f:
         prices = yaml.safe_load(f)
     total, on_demand, nodes, spot, upper, unknown = 0.0, 0.0, 0, 0, 0, set()
+    volumes, ipv4 = 0.0, 0.0
     for _, node_config, count, market_name in plan:
         if not count:  # a fallback: priced when it runs, by make preflight of then
             continue
         instance_type = node_config["InstanceType"]
         price = prices["usd_per_hour"].get(region, {}).get(instance_type)
-        if price is None:
-            unknown.add(instance_type)
+        beside = beside_instance(node_config, region, prices)
+        if price is None or beside is None:
+            unknown.add(instance_type if price is None else f"the volumes of {instance_type}")
             continue
-        on_demand += price * count
+        volumes, ipv4 = volumes + beside[0] * count, ipv4 + beside[1] * count
+        total += sum(beside) * count
+        on_demand += (price + sum(beside)) * count
         nodes += count
         if market_name == "spot":
             spot += count
@@ -701,7 +721,13 @@ def check_cost(report, plan, region, spot_prices):
             "see the EC2 on-demand pricing page",
         )
         return
-    fields = dict(usd_per_hour=f"{total:.2f}", nodes=nodes, source=prices["source"])
+    fields = dict(
+        usd_per_hour=f"{total:.2f}",
+        nodes=nodes,
+        volumes_usd_per_hour=f"{volumes:.2f}",
+        ipv4_usd_per_hour=f"{ipv4:.3f}",
+        source=prices["source"],
+    )
     if spot:
         known = [price for price in spot_prices.values() if price is not None]
         fields.update(spot_nodes=spot, on_demand_usd_per_hour=f"{on_demand:.2f}")

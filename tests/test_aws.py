@@ -576,7 +576,11 @@ def test_preflight_passes_and_warns_when_aws_has_no_quota_value(aws):
     # EC2's own description of c5.9xlarge: 36 vCPUs are 18 cores, what the YAML advertises.
     head = next(c for c in found["instance-type"] if c["node_type"] == "ray.head.default")
     assert (head["vcpus"], head["cores"], head["ray_cpus"]) == ("36", "18", "18"), head
-    assert found["cost"][0]["usd_per_hour"] == "16.83" and found["cost"][0]["nodes"] == "11"
+    # 11 x $1.53, and beside the instances each node's 140 GB gp3 volume and public IPv4 address (infra/prices.yaml)
+    (cost,) = found["cost"]
+    volumes, ipv4 = 11 * 140 * 0.08 / 730, 11 * 0.005
+    assert (cost["volumes_usd_per_hour"], cost["ipv4_usd_per_hour"]) == (f"{volumes:.2f}", f"{ipv4:.3f}"), cost
+    assert cost["usd_per_hour"] == f"{11 * 1.53 + volumes + ipv4:.2f}" == "17.05" and cost["nodes"] == "11", cost
 
 
 def test_preflight_fails_a_quota_too_small_for_the_cluster(aws, monkeypatch):
@@ -673,11 +677,12 @@ def test_preflight_with_spot_prints_each_zones_spot_price_and_costs_the_workers_
             "us-west-2b": ("ok", "0.5921"),
             "us-west-2c": ("warn", "unknown"),
         }, made.stdout
-    # the head on demand ($1.53), 10 workers at the highest price known
+    # the head on demand ($1.53), 10 workers at the highest price known, and every node's volume and address
     (cost,) = found["cost"]
-    assert (cost["usd_per_hour"], cost["spot_usd_per_node_hour"], cost["spot_nodes"]) == ("7.54", "0.6012", "10")
+    assert (cost["usd_per_hour"], cost["spot_usd_per_node_hour"], cost["spot_nodes"]) == ("7.77", "0.6012", "10")
+    assert (cost["volumes_usd_per_hour"], cost["ipv4_usd_per_hour"]) == ("0.17", "0.055"), cost
     assert cost["spot_price_zone"] == "us-west-2a", cost
-    assert cost["on_demand_usd_per_hour"] == "16.83" and "note" not in cost, cost
+    assert cost["on_demand_usd_per_hour"] == "17.05" and "note" not in cost, cost
     assert made.stdout.splitlines()[-1] == "preflight status=ok failed=0 warnings=3 failed_checks=none"
 
     # No spot price in any zone: every zone says unknown, and the workers count at the on-demand price.
@@ -686,7 +691,7 @@ def test_preflight_with_spot_prints_each_zones_spot_price_and_costs_the_workers_
     found = checks(made)
     assert [(c["status"], c["usd_per_hour"]) for c in found["spot-price"]] == [("warn", "unknown")] * 9
     (cost,) = found["cost"]
-    assert cost["usd_per_hour"] == "16.83" and "spot_usd_per_node_hour" not in cost, cost
+    assert cost["usd_per_hour"] == "17.05" and "spot_usd_per_node_hour" not in cost, cost
     assert cost["note"] == "10 spot nodes of unknown spot price counted at the on-demand price, an upper bound"
 
 
