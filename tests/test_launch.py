@@ -219,6 +219,20 @@ def test_a_ray_up_that_fails_still_ends_in_ray_down_and_exit_1(tmp_path):
     assert "whether its head runs an autodown watcher is not known" in made.stderr, made.stderr
 
 
+def test_a_rearm_that_fails_is_one_line_that_says_the_backstops_end_did_not_move(tmp_path, monkeypatch, capsys):
+    """make run's re-arm of the backstop (after its `ray up --no-restart`) where `ray exec` fails (AWS without
+    credentials): one line, which says the nodes' end did not move and when they end; the run goes on (tests/
+    test_aws_hosts.py re-arms three hosts)."""
+    for key, value in no_aws(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    config = clusterfile.read(REPO / "cluster" / "aws.yaml")
+    assert launch.rearm(str(REPO / "cluster" / "aws.yaml"), config) is False
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1, out + err
+    assert err.startswith("make_run: the backstop's end was not moved ("), err
+    assert "each node still ends 4 hours after its Ray last came up" in err and "`make up` moves it" in err, err
+
+
 def test_ctrl_c_during_ray_up_promises_no_autodown(tmp_path):
     """Ctrl-C while `ray up` waits for the head (a host whose SSH never answers): the message says the nodes
     may bill and that whether the head's watcher started is not known; it promises no teardown."""
