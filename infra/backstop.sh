@@ -12,7 +12,8 @@
 # the container (docker's run_options mount MARKS there: the container cannot power off its host), and the
 # watcher schedules the end again, HOURS from then. Ray runs the start commands at every `ray up` (even one
 # that changes nothing, which skips initialization_commands) and when its autoscaler restarts a worker, so
-# each of those moves the end later; a job started after a `ray up` has HOURS.
+# each of those moves the end later; a job started after a `ray up` has HOURS. `ray up --no-restart` (make
+# run) runs none on a cluster already up: make run then touches MARKER on every node itself (infra/rearm.py).
 #
 # On a node the end is `sudo shutdown -P +MINUTES` (a power-off from the OS; `halt` would not do), which EC2
 # turns into a termination because aws.yaml launches every node with InstanceInitiatedShutdownBehavior:

@@ -1,12 +1,12 @@
 """cluster/aws.yaml's own commands, run as AWS runs them, on three test hosts (harness.hosts).
 
-    make test-docker      # with the other docker tests; this file takes about 10 minutes
+    make test-docker      # with the other docker tests; this file takes about 15 minutes
 
 The hosts are what an EC2 node is to the launcher: an address of its own, sshd on port 22, a Docker engine,
 and the login user Canonical's AMI has: ubuntu, uid 1000, a passwordless sudoer, not in the docker group.
 The copy of cluster/aws.yaml that `ray up` launches differs from the YAML only where AWS is not here:
 - provider: Ray's local provider with the hosts' addresses (head_ip, worker_ips);
-- auth: ubuntu and the test's login key;
+- auth: the test's login key (the YAML's ssh_user, ubuntu, and its ssh_public_key, the token, kept);
 - available_node_types and head_node_type left out: the local provider refuses them ("The field
   available_node_types is not supported for on-premise clusters") and makes one node type of worker_ips;
 - the backstop's hours: 1 in place of 4, as cluster/variant.py's with_max_node_hours writes them (so that the
@@ -15,15 +15,17 @@ The test asserts that nothing else differs. So the YAML's initialization_command
 the backstop (infra/backstop.sh) schedules each node's end 40 minutes on and starts its watcher, and since a
 test host must not power off this machine, each host's /etc names a stand-in command in place of the
 shutdown; the test sees each node's end move to 1 hour after its Ray came up (the start commands tell the
-watcher), and again at a second `ray up` that changes nothing (test_the_backstop_... sees the stand-in fire);
+watcher), and again at a second `ray up` that changes nothing (test_the_backstop_... sees the stand-in fire), but
+not at make run's `ray up --no-restart`, after which make run's re-arm (infra/rearm.py) moves it on every node;
 Docker's apt install is skipped (Docker is there already; the test says so, and
 test_the_apt_step_installs_docker_from_debian_as_a_non_root_sudoer runs that line on its own in a fresh
 container), usermod and the socket's ACL give ubuntu Docker, the token step finds ubuntu's uid 1000 and does
 nothing, and build-image.sh builds the image as ubuntu (from the cache `make image` filled here: the hosts reach
 no registry, so it loads the slim base saved there where an AWS node builds it from debian:bookworm-slim). Then the YAML's docker options,
 head_start_ray_commands (autodown's line included) and worker_start_ray_commands (--num-cpus=18
---object-manager-port=8076) run unchanged: each node declares 18 CPUs, Ray's bookkeeping, and the job's
---workers keeps the actors few.
+--object-manager-port=8076) run unchanged: each node declares 18 CPUs, Ray's bookkeeping, and the first job's
+--workers keeps the actors few. The design card's `make submit JOB=pong`, as typed, runs the trainer's defaults
+(54 actors here) until its first update, which the `ray job logs` line it printed shows in a new terminal.
 
 Two more differences, said where they happen: `ray up` runs with RAY_UP_enable_autoscaler_v2=0 (Ray 2.60's
 second autoscaler counts the head against worker_ips with the local provider's one node type and launches one
@@ -46,10 +48,10 @@ from shlex import quote
 import pytest
 import yaml
 from autodown import fields as autodown_fields  # infra/autodown.py (pytest's pythonpath)
-from harness import REPO, clean_env, fields, run
+from harness import REPO, VENV_BIN, clean_env, fields, pasted, printed_commands, run
 from harness.hosts import LOGIN_UID
-from harness.launched import Launched, lan_of_hosts, lines_of, wait_until
-from harness.launcher import clear
+from harness.launched import Launched, lan_of_hosts, lines_of, updates_of, wait_until
+from harness.launcher import clear, tail
 from ray.autoscaler.sdk import get_docker_host_mount_location
 from variant import AUTODOWN_COMMAND, with_max_node_hours  # cluster/variant.py (pytest's pythonpath)
 
@@ -76,6 +78,15 @@ MARKER = f"{MARKS}/ray-up"  # on the host: what the start commands touch in the 
 BACKSTOP_HOURS = 1
 FIRST_BOOT_S = 2400  # the YAML's 40 minutes
 FIRED = "/tmp/pong-backstop-fired"  # on the host: the stand-in's record, one line each time it fires
+# make run's re-arm of the backstop after its `ray up --no-restart` (pongtools.launch.rearm), on the laptop: argv[1]
+# is the launched YAML.
+MAKE_RUNS_REARM = (
+    "import sys; from pongtools import clusterfile, launch;"
+    " sys.exit(0 if launch.rearm(sys.argv[1], clusterfile.read(sys.argv[1])) else 1)"
+)
+# `make submit JOB=pong` as typed: the trainer's defaults, one actor per CPU (54 here), 60 updates of batch 300; its
+# first update comes some 4 minutes after it is submitted here (its actors' start, then 300 episodes).
+FIRST_UPDATE_TIMEOUT_S = 900
 # Run in the head's container: the CPUs the cluster declares, as Ray counts them.
 # Marked: the driver may print the autoscaler's events ("Resized to 54 CPUs.") after it.
 CLUSTER_CPUS = (
@@ -130,7 +141,7 @@ def cluster(lan, tmp_path):
         "head_ip": lan.hosts[0].address,
         "worker_ips": [host.address for host in lan.hosts[1:]],
     }
-    config["auth"] = {"ssh_user": LOGIN, "ssh_private_key": str(lan.login_key)}
+    config["auth"] = {**AWS_YAML["auth"], "ssh_private_key": str(lan.login_key)}  # ssh_public_key: the token
     config = with_max_node_hours(config, BACKSTOP_HOURS)
     changed = {k for k in AWS_YAML.keys() | config.keys() if AWS_YAML.get(k) != config.get(k)}
     assert changed == {"provider", "auth", "initialization_commands", *NOT_ON_THE_LOCAL_PROVIDER}, changed
@@ -146,7 +157,10 @@ def cluster(lan, tmp_path):
         set_stand_in(host)
     path = tmp_path / "aws.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
-    laptop = {"HOME": str(laptop_home), "RAY_UP_enable_autoscaler_v2": "0"}
+    # NUMBA_CACHE_DIR: numba's cache of the laptop's commands (make submit imports the job's kernels) outside the
+    # checkout, since Ray hashes each file_mounts folder whole (job/pong/pgpong), and a cache folder made there
+    # after the first `ray up` would make the second one that changes nothing a changed one.
+    laptop = {"HOME": str(laptop_home), "RAY_UP_enable_autoscaler_v2": "0", "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
     launched = Launched(path, token, lan, tmp_path, CLUSTER_NAME, CONTAINER, laptop_env=laptop)
     try:
         yield launched
@@ -279,6 +293,47 @@ def test_aws_yaml_as_it_is_starts_three_nodes_as_ubuntu_trains_on_them_and_its_a
     assert [x["stage"] for x in backstop_lines(head)].count("first_boot") == 1, backstop_lines(head)
     assert not any(backstop_of(host)[1] for host in lan.hosts), "a backstop's stand-in fired under the cluster"
     figures["backstop_moved_s"] = min(backstop_of(host)[0] - ends[host.name] for host in lan.hosts)
+
+    # `make run`'s `ray up --no-restart` on this cluster, already up: Ray runs no start commands, so no node's end
+    # moves (a long run on a kept cluster could be cut); make run's re-arm then moves every one (infra/rearm.py in
+    # the head's container touches each node's marker).
+    wait_until(f"{len(HOSTS)} alive nodes", lambda: len(cluster.alive_nodes()) == len(HOSTS), 300)
+    ends = {host.name: backstop_of(host)[0] for host in lan.hosts}
+    kept = cluster.launcher("up", "--no-restart")
+    assert kept.returncode == 0, tail(cluster.log)
+    time.sleep(15)  # three looks of each host's watcher
+    assert {host.name: backstop_of(host)[0] for host in lan.hosts} == ends, "`ray up --no-restart` moved an end"
+    rearmed = run(lan.laptop([str(VENV_BIN / "python"), "-c", MAKE_RUNS_REARM, str(cluster.path)]), cluster.laptop())
+    said = rearmed.stdout + rearmed.stderr
+    assert rearmed.returncode == 0, said
+    assert f"make_run step=backstop nodes={len(HOSTS)} max_node_hours={BACKSTOP_HOURS:g}" in said, said
+    for host in lan.hosts:
+        wait_until(f"{host.name}'s end moved by the re-arm", lambda h=host: backstop_of(h)[0] > ends[h.name], 60)
+    assert not any(backstop_of(host)[1] for host in lan.hosts), "a backstop's stand-in fired under the cluster"
+
+    # The design card's commands as typed, on the laptop whose HOME holds the token and whose tunnel is the
+    # default address: `make submit JOB=pong` (no ARGS), stopped after its first update; the `ray job logs` line
+    # it printed, pasted into a new terminal, shows that update.
+    typed_job = tmp_path / "last-job-typed"
+    typed = run(lan.laptop(["make", "submit", "JOB=pong"]), cluster.laptop(LAST_JOB_FILE=str(typed_job)), 180)
+    assert typed.returncode == 0, typed.stdout + typed.stderr
+    job_id, commands = typed_job.read_text().strip(), printed_commands(typed)
+    first = wait_until(
+        f"the first update of {job_id}",
+        lambda: updates_of(cluster.api(f"/api/jobs/{job_id}/logs")["logs"]),
+        FIRST_UPDATE_TIMEOUT_S,
+        pause_s=5,
+    )
+    assert first[0][1]["update"] == "1", first
+    home, prefix = cluster.laptop()["HOME"], lan.laptop([])
+    stopped = pasted(commands["stop"], home, prefix)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    followed = pasted(commands["logs"], home, prefix)
+    assert followed.returncode == 0, followed.stdout + followed.stderr
+    shown = updates_of(clear(followed.stdout))
+    assert shown and shown[0][1]["update"] == "1", followed.stdout[-3000:]
+    assert cluster.api(f"/api/jobs/{job_id}")["status"] == "STOPPED"
+    figures["typed_job_updates_shown"] = len(shown)
 
     # Down by the head's watcher: the YAML's own line again, with 0.1 idle minutes.
     cluster.close_tunnel()

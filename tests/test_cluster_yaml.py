@@ -613,8 +613,8 @@ def test_every_aws_node_ends_itself_soon_unless_its_ray_comes_up_then_after_max_
 
 def test_the_head_and_every_worker_tell_the_backstop_when_their_ray_is_up():
     """The backstop's watcher on each host moves the node's end to MAX_NODE_HOURS when the node's Ray comes up: the
-    start commands of the head and of the workers (Ray runs them at every `ray up` and when its autoscaler restarts
-    a worker) touch its marker, in the host folder that docker's run_options mount into the container, right after
+    start commands of the head and of the workers (Ray runs them at every `ray up` but one of --no-restart on a
+    cluster already up, and when its autoscaler restarts a worker) touch its marker, in the host folder that docker's run_options mount into the container, right after
     `ray start` (Ray stops at a command that fails, so only a Ray that started)."""
     config = prepared(REPO / "cluster" / "aws.yaml")
     marks = re.search(r"^MARKS=(\S+)$", BACKSTOP, re.M).group(1)
@@ -626,6 +626,23 @@ def test_the_head_and_every_worker_tell_the_backstop_when_their_ray_is_up():
         commands = config[key]
         (start,) = [n for n, command in enumerate(commands) if re.search(r"\bray start\b", command)]
         assert commands[start + 1 : start + 2] == [f"touch {mounts[marks]}/{marker}"], (key, commands)
+
+
+def test_make_runs_rearm_touches_the_marker_the_start_commands_touch_with_the_driver_file_mounts_put_on_the_head():
+    """`make run`'s re-arm after its `ray up --no-restart` (pongtools.launch.rearm): in the head's container, the
+    driver where file_mounts put infra/ touches the file that the head's and the workers' start commands touch,
+    with token auth and pgpong on its path; none for a YAML without the backstop (local.yaml)."""
+    from pongtools import launch
+
+    config = prepared(REPO / "cluster" / "aws.yaml")
+    words = shlex.split(launch.rearm_command(config))
+    settings = dict(w.split("=", 1) for w in words[:2])
+    assert settings == {"RAY_AUTH_MODE": "token", "PYTHONPATH": "/tmp/pong-build/job/pong"}, words
+    assert config["file_mounts"]["/tmp/pong-build/job/pong/pgpong"] == "./job/pong/pgpong"
+    assert words[2:4] == ["python", "/tmp/pong-build/infra/rearm.py"] and (REPO / "infra" / "rearm.py").is_file()
+    for key in ("head_start_ray_commands", "worker_start_ray_commands"):
+        assert f"touch {words[4]}" in config[key], (key, words)
+    assert launch.rearm_command(prepared(REPO / "cluster" / "local.yaml")) is None
 
 
 def test_aws_opens_no_extra_port_and_leaves_nothing_billing_after_down():

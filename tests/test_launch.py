@@ -220,6 +220,20 @@ def test_a_ray_up_that_fails_still_ends_in_ray_down_and_exit_1(tmp_path):
     assert "whether its head runs an autodown watcher is not known" in made.stderr, made.stderr
 
 
+def test_a_rearm_that_fails_is_one_line_that_says_the_backstops_end_did_not_move(tmp_path, monkeypatch, capsys):
+    """make run's re-arm of the backstop (after its `ray up --no-restart`) where `ray exec` fails (AWS without
+    credentials): one line, which says the nodes' end did not move and when they end; the run goes on (tests/
+    test_aws_hosts.py re-arms three hosts)."""
+    for key, value in no_aws(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    config = clusterfile.read(REPO / "cluster" / "aws.yaml")
+    assert launch.rearm(str(REPO / "cluster" / "aws.yaml"), config) is False
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1, out + err
+    assert err.startswith("make_run: the backstop's end was not moved ("), err
+    assert "each node still ends 4 hours after its Ray last came up" in err and "`make up` moves it" in err, err
+
+
 def test_ctrl_c_during_ray_up_promises_no_autodown(tmp_path):
     """Ctrl-C while `ray up` waits for the head (a host whose SSH never answers): the message says the nodes
     may bill and that whether the head's watcher started is not known; it promises no teardown."""
@@ -322,10 +336,11 @@ class StandInTunnel:
 
 def in_process(monkeypatch, submit):
     """make run in this process as far as the submission, which submit(job, trainer_args, max_hours, address,
-    cap_from) stands in for: its `ray` commands answered 0 and recorded (their first words, in the list returned),
-    its tunnel a stand-in."""
+    cap_from) stands in for: its `ray` commands answered 0 and recorded (their first words, in the list returned;
+    the backstop's re-arm by `ray exec` as "exec"), its tunnel a stand-in."""
     words = []
     monkeypatch.setattr(launch, "ray", lambda *w, **kw: words.append(w[0]) or 0)
+    monkeypatch.setattr(launch, "rearm", lambda cluster, config: words.append("exec") or True)
     monkeypatch.setattr(launch, "Tunnel", StandInTunnel)
     monkeypatch.setattr(launch, "submit", submit)
     return words
@@ -347,7 +362,7 @@ def test_make_run_submits_its_job_with_the_cap_it_says(tmp_path, monkeypatch, ca
     assert launch.main(argv + (["--max-hours", max_hours] if max_hours else [])) == 1
     out = capsys.readouterr().out
     cap = fields(only(out, "make_run step=cap")[0])
-    assert words == ["up", "down"] and fields(only(out, "make_run status=")[0])["status"] == "NOT_SUBMITTED", out
+    assert words == ["up", "exec", "down"] and fields(only(out, "make_run status=")[0])["status"] == "NOT_SUBMITTED", out
     assert sent == [("pong", [], cap["max_hours"], "MAX_HOURS" if max_hours else "plan")], (sent, cap)
     assert cap["max_hours"] == (
         max_hours or f"{timecap.default_cap(launch.trainer_config('pong', 'pgpong', []), 11, 18)[0]:g}"
@@ -365,5 +380,5 @@ def test_an_error_make_run_does_not_expect_still_ends_in_ray_down(tmp_path, monk
     assert launch.main(["--cluster", "cluster/aws.yaml", "--out", str(tmp_path / "out")]) == 1
     out, err = capsys.readouterr()
     last = fields(only(out, "make_run status=")[0])
-    assert words == ["up", "down"] and (last["status"], last["cluster"]) == ("ERROR", "down"), out + err
+    assert words == ["up", "exec", "down"] and (last["status"], last["cluster"]) == ("ERROR", "down"), out + err
     assert "json.decoder.JSONDecodeError" in err and "a bug of make run; the cluster goes down all the same" in err

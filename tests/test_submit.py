@@ -5,7 +5,6 @@ and must not create a job."""
 import contextlib
 import json
 import os
-import shlex
 import shutil
 import socket
 import subprocess
@@ -17,7 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from harness import RAY, REPO, VENV_BIN, clean_env, fields, missing, run
+from harness import RAY, REPO, VENV_BIN, clean_env, fields, missing, pasted, printed_commands, run
 from harness.cluster import stop_job, two_node_cluster, wait_until_done
 from pgpong.config import parse_args
 from pongtools.timecap import default_cap
@@ -357,27 +356,6 @@ def test_the_local_head_refuses_the_jobs_api_without_its_token_and_answers_with_
         asked = run([*inside, sys.executable, "-c", JOBS_API_ANSWERS, str(token)], env, timeout=60)
         assert asked.returncode == 0, asked.stdout + asked.stderr
         assert asked.stdout.split() == ["401", "200"], asked.stdout
-
-
-def printed_commands(result):
-    """{'logs': line, 'status': line, 'stop': line}: the command lines `make submit` printed to follow, check and
-    stop its job, by the `ray job` verb in each."""
-    lines = [x for x in result.stdout.splitlines() if x.startswith("RAY_AUTH_MODE=token ")]
-    commands = {}
-    for line in lines:
-        words = shlex.split(line, comments=True)
-        commands[words[words.index("job") + 1]] = line
-    assert set(commands) == {"logs", "status", "stop"}, result.stdout
-    return commands
-
-
-def pasted(line, home, prefix=(), timeout=300):
-    """line as pasted into a new terminal at the repo root: bash with no venv active and no RAY_* variable, only
-    a HOME (where Ray finds ~/.ray/auth_token) and the system's PATH; prefix: the namespace to run it in."""
-    shell = ["env", "-i", f"HOME={home}", "PATH=/usr/bin:/bin", "bash", "-c", line]
-    return subprocess.run(
-        [*prefix, *shell], cwd=REPO, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
-    )
 
 
 @pytest.mark.slow  # a job of a few seconds on the two-node cluster

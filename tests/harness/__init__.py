@@ -18,6 +18,7 @@ suite's environment (SUITE_ENV) before any of them is first imported.
 """
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -70,6 +71,27 @@ def fields(line):
     from pgpong.logline import fields as read
 
     return read(line)
+
+
+def printed_commands(result):
+    """{'logs': line, 'status': line, 'stop': line}: the command lines `make submit` printed to follow, check and
+    stop its job, by the `ray job` verb in each."""
+    lines = [x for x in result.stdout.splitlines() if x.startswith("RAY_AUTH_MODE=token ")]
+    commands = {}
+    for line in lines:
+        words = shlex.split(line, comments=True)
+        commands[words[words.index("job") + 1]] = line
+    assert set(commands) == {"logs", "status", "stop"}, result.stdout
+    return commands
+
+
+def pasted(line, home, prefix=(), timeout=300):
+    """line as pasted into a new terminal at the repo root: bash with no venv active and no RAY_* variable, only
+    a HOME (where Ray finds ~/.ray/auth_token) and the system's PATH; prefix: the namespace to run it in."""
+    shell = ["env", "-i", f"HOME={home}", "PATH=/usr/bin:/bin", "bash", "-c", line]
+    return subprocess.run(
+        [*prefix, *shell], cwd=REPO, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
 
 
 def only(out, prefix):

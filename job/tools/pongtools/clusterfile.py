@@ -1,8 +1,9 @@
 """What a cluster launcher config (cluster/aws.yaml, cluster/local.yaml, or a copy cluster/variant.py wrote) says:
 whether Ray's launcher takes it, the nodes and CPUs it starts at most, how its nodes get the image, the minutes
-its head's autodown watcher waits, its nodes' backstop, and the port of its head's dashboard. The one reader of each, for `make up`
-(cluster/variant.py) and `make run` (pongtools.launch); the port's reader is pgpong.raystart's, which the head's watcher
-(infra/autodown.py) uses there without these tools."""
+its head's autodown watcher waits, its nodes' backstop (and the marker that re-arms it), where its file_mounts put
+a folder, and the port of its head's dashboard. The one reader of each, for `make up` (cluster/variant.py) and `make run`
+(pongtools.launch); the port's reader is pgpong.raystart's, which the head's watcher (infra/autodown.py) uses there
+without these tools."""
 
 import copy
 import os
@@ -19,6 +20,9 @@ NUM_CPUS = re.compile(r"--num-cpus[= ](\d+)")
 # The backstop step of cluster/aws.yaml's initialization_commands (infra/backstop.sh): `bash .../backstop.sh HOURS
 # MINUTES`, MAX_NODE_HOURS and the first-boot minutes (cluster/variant.py writes it).
 BACKSTOP_STEP = re.compile(r"^(bash \S+/infra/backstop\.sh) (\S+) (\S+)$")
+# What the head's start commands do once its `ray start` succeeded: `touch MARKER` in its container, which the
+# backstop's watcher on the host sees (cluster/aws.yaml's run_options mount its folder there).
+MARKER_TOUCH = re.compile(r"^touch (\S+)$")
 
 
 def ray_refusal(config):
@@ -105,3 +109,18 @@ def backstop(config):
     `minutes` after its first boot or its setup while its Ray is not up; None when it has none (local.yaml)."""
     found = backstop_steps(config)
     return (float(found[0][1].group(2)), float(found[0][1].group(3))) if found else None
+
+
+def backstop_marker(config):
+    """The file the head's start commands touch in its container once its Ray is up, when config has the backstop
+    (then the host's watcher moves the node's end to MAX_NODE_HOURS from that touch); else None."""
+    if not backstop(config):
+        return None
+    touches = (MARKER_TOUCH.match(str(c).strip()) for c in config.get("head_start_ray_commands") or [])
+    return next((m.group(1) for m in touches if m), None)
+
+
+def mounted(config, local):
+    """Where config's file_mounts put the local path (`./infra`) on its nodes, or None."""
+    return next((remote for remote, there in (config.get("file_mounts") or {}).items() if there == local), None)
+

@@ -18,6 +18,10 @@ The `make_run step=cap` line says it and what it came from.
 Its stages (Stage), in order, each announced by a `make_run step=...` line, are the commands a user would type:
 1. up: `ray up -y --no-restart CLUSTER` (the Makefile passes the variant that SPOT, MIN_WORKERS, AUTODOWN
    or IMAGE ask for); on a cluster already up (an earlier KEEP=1), Ray is not restarted: its jobs go on;
+   backstop: Ray then runs no start commands, which move each node's backstop (cluster/aws.yaml), so where
+   the YAML has one, `ray exec CLUSTER` runs infra/rearm.py in the head's container: every alive node's end
+   moves to MAX_NODE_HOURS from now (`make_run step=backstop nodes=N max_node_hours=H`; a failure is one line
+   saying that the end did not move, and the run goes on);
 2. tunnel: `ray dashboard` forwards the head's Jobs API to a free port here, for the steps below;
 3. submit: pongtools.submit, in this process, as `make submit` (its id also goes to LAST_JOB_FILE, for `make logs`);
 4. follow: the job's logs, as `make logs`, to the job's end, then its status;
@@ -79,6 +83,7 @@ class Stage(enum.Enum):
 
     CAP = "cap"
     UP = "up"
+    BACKSTOP = "backstop"
     SUBMIT = "submit"
     FOLLOW = "follow"
     FETCH = "fetch"
@@ -143,6 +148,40 @@ def autodown_state(line, minutes):
             "autodown watcher was seen"
         )
     return f"after_{minutes:g}_idle_minutes", f"its head takes it down {minutes:g} minutes after its last job"
+
+
+def rearm_command(config):
+    """What `ray exec` runs in the head's container to re-arm config's backstop (infra/rearm.py, where its
+    file_mounts put ./infra), or None for a config without one (cluster/local.yaml)."""
+    marker = clusterfile.backstop_marker(config)
+    infra, pgpong = clusterfile.mounted(config, "./infra"), clusterfile.mounted(config, "./job/pong/pgpong")
+    if not (marker and infra and pgpong):
+        return None
+    driver = f"{infra}/rearm.py"
+    return f"RAY_AUTH_MODE=token PYTHONPATH={Path(pgpong).parent} python {driver} {marker}"
+
+
+def rearm(cluster, config):
+    """Every alive node's backstop moved to MAX_NODE_HOURS from now (rearm_command, by `ray exec`), said in the
+    `make_run step=backstop` line; a failure is one line on stderr saying the end did not move, and when it is.
+    Whether it moved."""
+    hours, _ = clusterfile.backstop(config)
+    ran = subprocess.run(
+        ["ray", "exec", cluster, rearm_command(config)], capture_output=True, text=True, stdin=subprocess.DEVNULL
+    )
+    said = [line.strip() for line in (ran.stdout + ran.stderr).splitlines() if line.strip()]
+    done = [fields(line) for line in said if line.startswith("rearm nodes=")]
+    if ran.returncode == 0 and done:
+        say(Stage.BACKSTOP, nodes=done[-1]["nodes"], max_node_hours=f"{hours:g}")
+        return True
+    failed = [line for line in said if line.startswith("rearm")] or said[-1:] or [f"exit {ran.returncode}"]
+    print(
+        f"make_run: the backstop's end was not moved ({failed[-1]}): each node still ends {hours:g} hours after "
+        "its Ray last came up (its last `make up` or `ray up`), which may cut this run short; `make up` moves it",
+        file=sys.stderr,
+        flush=True,
+    )
+    return False
 
 
 def ray(*words, **kwargs):
@@ -278,6 +317,9 @@ class Launch:
                 trained = Trained("UP_FAILED")
             else:
                 self.ready = True
+                if rearm_command(self.config):
+                    self.stage = Stage.BACKSTOP
+                    rearm(self.a.cluster, self.config)
                 with Tunnel(self.a.cluster, clusterfile.dashboard_port(self.config)) as tunnel:
                     self.address = tunnel.address
                     self.read_watcher()
