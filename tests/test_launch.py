@@ -362,7 +362,8 @@ def test_make_run_submits_its_job_with_the_cap_it_says(tmp_path, monkeypatch, ca
     assert launch.main(argv + (["--max-hours", max_hours] if max_hours else [])) == 1
     out = capsys.readouterr().out
     cap = fields(only(out, "make_run step=cap")[0])
-    assert words == ["up", "exec", "down"] and fields(only(out, "make_run status=")[0])["status"] == "NOT_SUBMITTED", out
+    status = fields(only(out, "make_run status=")[0])["status"]
+    assert words == ["up", "exec", "down"] and status == "NOT_SUBMITTED", out
     assert sent == [("pong", [], cap["max_hours"], "MAX_HOURS" if max_hours else "plan")], (sent, cap)
     assert cap["max_hours"] == (
         max_hours or f"{timecap.default_cap(launch.trainer_config('pong', 'pgpong', []), 11, 18)[0]:g}"

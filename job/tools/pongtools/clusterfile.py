@@ -123,4 +123,3 @@ def backstop_marker(config):
 def mounted(config, local):
     """Where config's file_mounts put the local path (`./infra`) on its nodes, or None."""
     return next((remote for remote, there in (config.get("file_mounts") or {}).items() if there == local), None)
-
