@@ -235,8 +235,9 @@ def test_a_rearm_that_fails_is_one_line_that_says_the_backstops_end_did_not_move
 
 
 def test_ctrl_c_during_ray_up_promises_no_autodown(tmp_path):
-    """Ctrl-C while `ray up` waits for the head (a host whose SSH never answers): the message says the nodes
-    may bill and that whether the head's watcher started is not known; it promises no teardown."""
+    """Ctrl-C while `ray up` waits for the head (a host whose SSH never answers), its question answered keep: the
+    message says the nodes may bill and that whether the head's watcher started is not known; it promises no
+    teardown, and names the command that ends it."""
     key = tmp_path / "key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     config = {
@@ -253,6 +254,7 @@ def test_ctrl_c_during_ray_up_promises_no_autodown(tmp_path):
         command,
         env=user(tmp_path),
         cwd=REPO,
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -266,7 +268,7 @@ def test_ctrl_c_during_ray_up_promises_no_autodown(tmp_path):
                 break
         time.sleep(3)  # `ray up` runs, waiting for the head's SSH
         os.killpg(made.pid, signal.SIGINT)
-        out, err = made.communicate(timeout=120)
+        out, err = made.communicate("keep\n", timeout=120)
     finally:
         made.kill()
     cap = fields(only("".join(seen), "make_run step=cap")[0])
@@ -274,10 +276,12 @@ def test_ctrl_c_during_ray_up_promises_no_autodown(tmp_path):
     (interrupted,) = only(err, "make_run: interrupted")
     assert interrupted == (
         f"make_run: interrupted; `ray up` of {cluster} was cut short: its nodes may be up and billing, and "
-        "whether its head started an autodown watcher is not known (it starts last). End it all (the job with "
-        f"it): make down CLUSTER={cluster}"
+        "whether its head started an autodown watcher is not known (it starts last)."
     ), err
-    assert "takes it down" not in err and not only(out, "make_run status="), out + err
+    assert f"make_run: kept. End it all (the job with it): make down CLUSTER={cluster}" in err, err
+    last = fields(only(out, "make_run status=")[0])
+    assert (last["status"], last["cluster"], last["autodown"]) == ("INTERRUPTED", "up", "unknown"), out
+    assert "make_run step=down" not in out and made.returncode != 0, out + err
 
 
 # autodown's lines (infra/autodown.py; the contract of issue 44) and what make run says of each.
@@ -334,14 +338,29 @@ class StandInTunnel:
         return False
 
 
+class StandInClient:
+    """pongtools.client.JobsClient's stand-in, for a head that is not here: each one made is counted in made."""
+
+    made = []
+
+    def __init__(self, address):
+        self.address = address
+        StandInClient.made.append(address)
+
+    def autodown_line(self):
+        return None
+
+
 def in_process(monkeypatch, submit):
-    """make run in this process as far as the submission, which submit(job, trainer_args, max_hours, address,
-    cap_from) stands in for: its `ray` commands answered 0 and recorded (their first words, in the list returned;
-    the backstop's re-arm by `ray exec` as "exec"), its tunnel a stand-in."""
+    """make run in this process as far as the submission, which submit(api, job, trainer_args, max_hours, cap_from,
+    job_id, trainer) stands in for: its `ray` commands answered 0 and recorded (their first words, in the list
+    returned; the backstop's re-arm by `ray exec` as "exec"), its tunnel and Jobs API client stand-ins."""
     words = []
     monkeypatch.setattr(launch, "ray", lambda *w, **kw: words.append(w[0]) or 0)
     monkeypatch.setattr(launch, "rearm", lambda cluster, config: words.append("exec") or True)
     monkeypatch.setattr(launch, "Tunnel", StandInTunnel)
+    monkeypatch.setattr(launch, "JobsClient", StandInClient)
+    monkeypatch.setattr(StandInClient, "made", [])
     monkeypatch.setattr(launch, "submit", submit)
     return words
 
@@ -353,7 +372,7 @@ def test_make_run_submits_its_job_with_the_cap_it_says(tmp_path, monkeypatch, ca
     the submission, which is recorded and refused."""
     sent = []
 
-    def submit(job, trainer_args, hours, address, cap_from):
+    def submit(api, job, trainer_args, hours, cap_from, job_id, trainer):
         sent.append((job, trainer_args, hours, cap_from))
         raise launch.UserError("recorded, not sent")
 
@@ -364,7 +383,9 @@ def test_make_run_submits_its_job_with_the_cap_it_says(tmp_path, monkeypatch, ca
     cap = fields(only(out, "make_run step=cap")[0])
     status = fields(only(out, "make_run status=")[0])["status"]
     assert words == ["up", "exec", "down"] and status == "NOT_SUBMITTED", out
-    assert sent == [("pong", [], cap["max_hours"], "MAX_HOURS" if max_hours else "plan")], (sent, cap)
+    run_dir = fields(only(out, "make_run step=submit")[0])["run_dir"]
+    assert run_dir.startswith("~/pong-runs/pong-"), out  # the launcher names the run (name_run)
+    assert sent == [("pong", ["--run-dir", run_dir], cap["max_hours"], "MAX_HOURS" if max_hours else "plan")], sent
     assert cap["max_hours"] == (
         max_hours or f"{timecap.default_cap(launch.trainer_config('pong', 'pgpong', []), 11, 18)[0]:g}"
     )
@@ -383,3 +404,140 @@ def test_an_error_make_run_does_not_expect_still_ends_in_ray_down(tmp_path, monk
     last = fields(only(out, "make_run status=")[0])
     assert words == ["up", "exec", "down"] and (last["status"], last["cluster"]) == ("ERROR", "down"), out + err
     assert "json.decoder.JSONDecodeError" in err and "a bug of make run; the cluster goes down all the same" in err
+
+
+@pytest.mark.parametrize("answer", ["", "keep", None], ids=["Enter", "keep", "no terminal"])
+def test_ctrl_c_takes_the_cluster_down_unless_its_question_is_answered_keep(tmp_path, monkeypatch, capsys, answer):
+    """Ctrl-C while the job runs (here out of the submission): make run asks; only `keep` leaves the cluster up and
+    names the command that ends it; Enter, or no terminal to answer (end of input), takes it down. Exit 130."""
+
+    def submit(*args):
+        raise KeyboardInterrupt
+
+    def ask(prompt):
+        if answer is None:
+            raise EOFError
+        return answer
+
+    words = in_process(monkeypatch, submit)
+    monkeypatch.setattr("builtins.input", ask)
+    assert launch.main(["--cluster", "cluster/aws.yaml", "--out", str(tmp_path / "out")]) == 130
+    out, err = capsys.readouterr()
+    last = fields(only(out, "make_run status=")[0])
+    assert last["status"] == "INTERRUPTED" and "make_run: interrupted; the cluster cluster/aws.yaml is up" in err, err
+    if answer == "keep":
+        assert words == ["up", "exec"] and last["cluster"] == "up", out
+        assert "make_run: kept. End it all (the job with it): make down CLUSTER=cluster/aws.yaml" in err, err
+    else:
+        assert words == ["up", "exec", "down"] and last["cluster"] == "down" and "make_run: kept" not in err, out
+
+
+def test_one_jobs_api_client_per_launch(tmp_path, monkeypatch, capsys):
+    """make run asks the cluster's Jobs API through one client (pongtools.client.JobsClient), made once: the one it
+    submits with, follows the job with and reads the head's watcher through (here the job's end is unknown and
+    nothing is fetched)."""
+    from types import SimpleNamespace
+
+    used = []
+
+    def submit(api, *args):
+        used.append(api)
+        return SimpleNamespace(id="pong-x", line=lambda: "submitted id=pong-x")
+
+    def follow(api, job_id):
+        used.append(api)
+        raise launch.UserError("lost")
+
+    in_process(monkeypatch, submit)
+    monkeypatch.setattr(StandInClient, "follow", follow, raising=False)
+    monkeypatch.setattr(launch.Launch, "fetch", lambda self: None)
+    assert launch.main(["--cluster", "cluster/aws.yaml", "--out", str(tmp_path / "out")]) == 1
+    assert StandInClient.made == ["http://127.0.0.1:9"] and len(used) == 2 and used[0] is used[1], StandInClient.made
+
+
+def test_a_resumed_run_is_capped_and_checked_by_its_own_checkpoint(tmp_path, monkeypatch, capsys, s3):
+    """One decider per value: ARGS that resume an S3 run made at batch 4 are resolved here as the trainer will resolve
+    them (pgpong.config.resolve): the cap is the plan's for batch 4, not the default 300, and the job is sent that
+    config; a --batch-size the resume would refuse is refused here, one line, before `ray up`."""
+    from harness.runs import make_state
+    from pgpong.cli import UserError
+    from pgpong.run import Run
+
+    made = Run("s3://runs/resumed")
+    made.prepare()
+    made.save(make_state(3))  # batch_size 4
+    made.close()
+    sent = []
+
+    def submit(api, job, trainer_args, hours, cap_from, job_id, trainer):
+        sent.append((trainer_args, hours, trainer.batch_size))
+        raise launch.UserError("recorded, not sent")
+
+    words = in_process(monkeypatch, submit)
+    argv = ["--cluster", "cluster/aws.yaml", "--out", str(tmp_path / "out"), "--", "--updates", "60"]
+    assert launch.main([*argv, "--run-dir", "s3://runs/resumed"]) == 1
+    cap = fields(only(capsys.readouterr().out, "make_run step=cap")[0])
+    resumed = launch.trainer_config("pong", "pgpong", ["--updates", "60", "--run-dir", "s3://runs/resumed"])
+    expected = f"{timecap.default_cap(resumed, 11, 18)[0]:g}"
+    assert (cap["batch_size"], cap["max_hours"], resumed.batch_size) == ("4", expected, 4), cap
+    assert (
+        expected != f"{timecap.default_cap(launch.trainer_config('pong', 'pgpong', ['--updates', '60']), 11, 18)[0]:g}"
+    )
+    assert sent == [(["--updates", "60", "--run-dir", "s3://runs/resumed"], expected, 4)], sent
+
+    words.clear()
+    with pytest.raises(UserError, match=r"s3://runs/resumed was made with --batch-size 4 and a resumed run keeps it"):
+        launch.main([*argv, "--run-dir", "s3://runs/resumed", "--batch-size", "300"])
+    assert words == [], words
+
+
+def test_the_run_is_fetched_whole_by_the_name_the_launcher_gave(tmp_path, monkeypatch, capsys):
+    """The launcher names the run dir (~/pong-runs/<submission id>) and fetches that folder whole with `ray rsync-down`
+    (here a `ray` on PATH that copies from a made-up head's home); the newest checkpoint is the trainer's own reader's
+    (pgpong.run.Run), not a listing parsed. A run dir that never came says so in one line, and no agent."""
+    from harness.runs import make_state
+    from pgpong.run import Run
+
+    head_home, bin_dir = tmp_path / "head-home", tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "ray"
+    fake.write_text(
+        "#!/bin/bash\n# ray rsync-down CLUSTER SOURCE TARGET, SOURCE under the head's ~\n"
+        '[[ $1 == rsync-down ]] || exit 3\nsrc="${3/#\\~/$HEAD_HOME}"\n'
+        '[[ -d $src ]] || { echo "rsync: change_dir $3 failed: No such file or directory" >&2; exit 1; }\n'
+        'mkdir -p "$4" && cp -r "$src"/. "$4"\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("HEAD_HOME", str(head_home))
+    a = launch.Parser().parse_args([])
+    a.job, a.job_id, a.trainer_args, a.cluster = "pong", "pong-20261206-000000-abcdef", [], "cluster/aws.yaml"
+    launch.name_run(a, "pgpong")
+    assert a.run_dir == "~/pong-runs/pong-20261206-000000-abcdef" and a.trainer_args == ["--run-dir", a.run_dir]
+
+    on_head = Run(str(head_home / "pong-runs" / a.job_id))
+    on_head.prepare()
+    for update in (1, 2, 3, 4):
+        on_head.save(make_state(update))
+    on_head.append_metrics({"update": 4})
+    on_head.close()
+    a.out = tmp_path / "out"
+    run = launch.Launch(a, {}).fetch()
+    line = fields(only(capsys.readouterr().out, "make_run step=fetch")[0])
+    assert run.path == str(a.out / "run") and run.checkpoints()[0] == "ckpt-000004.npz", run.checkpoints()
+    assert (line["run_dir"], line["checkpoints"], line["newest"]) == (a.run_dir, "3", "ckpt-000004.npz"), line
+
+    a.run_dir, a.out = "~/pong-runs/never-made", tmp_path / "out2"
+    assert launch.Launch(a, {}).fetch() is None
+    out, err = capsys.readouterr()
+    assert "make_run: nothing fetched from ~/pong-runs/never-made: rsync: change_dir" in err, err
+    assert fields(only(out, "make_run step=fetch")[0])["newest"] == "none", out
+
+
+def test_a_relative_run_dir_is_refused_before_anything_is_launched(tmp_path):
+    made = run(run_args(tmp_path, "ARGS=--updates 2 --run-dir runs/x"), user(tmp_path), timeout=120)
+    assert made.returncode == 2 and said(made) == [
+        "error: ARGS' --run-dir runs/x is relative: on the cluster it would be inside the job's working dir, which "
+        "Ray deletes; give an absolute path, ~/<folder> (on the head) or s3://<bucket>/<prefix>"
+    ], made.stdout + made.stderr
+    assert written(tmp_path) == []

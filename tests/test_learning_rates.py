@@ -6,7 +6,7 @@ import math
 
 import pytest
 from harness import REPO
-from pgpong import config, train
+from pgpong import config
 from pgpong.run import Run
 from pongtools import compare
 
@@ -116,13 +116,13 @@ def test_the_flag_defaults_to_auto_and_a_number_always_wins(argv, rate, rule):
 
 def test_a_resumed_run_keeps_its_own_rate_unless_one_is_given(capsys):
     made = dataclasses.asdict(config.Config(batch_size=300, learning_rate=1e-4))  # an old run, Karpathy's rate
-    kept = train.keep_learning_rate(config.Config(batch_size=300), made)
+    kept = config.keep_learning_rate(config.Config(batch_size=300), made)
     assert (kept.learning_rate, kept.learning_rate_rule) == (1e-4, "kept")
     assert "resuming with the run's own learning_rate=0.0001" in capsys.readouterr().out
     given = config.Config(batch_size=300, learning_rate=2e-3)
-    assert train.keep_learning_rate(given, made) == given  # the flag wins
+    assert config.keep_learning_rate(given, made) == given  # the flag wins
     same = config.Config(batch_size=300)
-    assert train.keep_learning_rate(same, dataclasses.asdict(same)) == same
+    assert config.keep_learning_rate(same, dataclasses.asdict(same)) == same
 
 
 def test_between_two_decays_one_minus_decay_grows_with_the_batch_as_malladi_scales_it(tmp_path, monkeypatch):

@@ -496,6 +496,7 @@ def make_run(cluster, tmp_path, name, args, **popen):
             command,
             env=env,
             cwd=REPO,
+            stdin=subprocess.PIPE,  # where Ctrl-C's question is answered
             stdout=subprocess.PIPE,
             stderr=popen.get("stderr", subprocess.PIPE),
             text=True,
@@ -509,6 +510,7 @@ def timed_make_run(cluster, tmp_path, name, args):
     process, its stdout, and the seconds from the job's end (pongtools.jobs' `job id=... status=` line, where following
     stops) to the agent here (`make_run step=down`, printed once pongtools.ship and plot are done)."""
     running = make_run(cluster, tmp_path, name, args, popen=True, stderr=subprocess.STDOUT)
+    running.stdin.close()
     timed = [(time.monotonic(), text) for text in running.stdout]
     running.wait(timeout=LAUNCHER_TIMEOUT_S + JOB_TIMEOUT_S)
     ended = [t for t, text in timed if text.startswith("job id=") and " status=" in text]
@@ -536,14 +538,15 @@ def test_make_run_trains_fetches_and_ships_the_agent_then_downs_the_cluster_even
     assert failed.returncode != 0 and line["status"] == "FAILED" and line["cluster"] == "down", line
     assert line["agent"] == "-" and not container_exists(), failed.stdout[-3000:]
 
-    # Ctrl-C while following: this command stops, the job and the cluster do not; it says how to end them.
+    # Ctrl-C while following, its question answered keep: this command stops, the job and the cluster do not; it
+    # says how to end them (Enter, or no answer, takes them down: tests/test_launch.py).
     following = make_run(cluster_yaml, tmp_path, "interrupted", "--batch-size 2 --updates 1000", popen=True)
     try:
         for text in following.stdout:
             if text.startswith("update=1 "):  # the job trains
                 break
         os.killpg(following.pid, signal.SIGINT)
-        _, err = following.communicate(timeout=120)
+        _, err = following.communicate("keep\n", timeout=120)
         job_id = (tmp_path / "last-job").read_text().strip()
         token, dashboard = cluster_yaml.token.read_text().strip(), cluster_yaml.dashboard
         status = (dashboard_get(dashboard, f"/api/jobs/{job_id}", token)[1] or {}).get("status")
@@ -562,8 +565,8 @@ def test_make_run_trains_fetches_and_ships_the_agent_then_downs_the_cluster_even
     agent = tmp_path / "run" / "agent"
     assert made.returncode == 0 and line["status"] == "SUCCEEDED" and line["cluster"] == "down", made.stdout[-3000:]
     assert line["agent"] == str(agent), line
-    fetched = sorted(p.name for p in (tmp_path / "run" / "run").iterdir())
-    assert fetched == ["ckpt-000002.npz", "metrics.jsonl"], fetched
+    fetched = sorted(p.name for p in (tmp_path / "run" / "run").iterdir())  # the run dir whole, as the job left it
+    assert fetched == ["ckpt-000001.npz", "ckpt-000002.npz", "metrics.jsonl"], fetched
     assert {"pong-agent.npz", "metrics.jsonl.gz", "curve.png"} <= {p.name for p in agent.iterdir()}, list(
         agent.iterdir()
     )
@@ -580,6 +583,7 @@ def test_make_run_trains_fetches_and_ships_the_agent_then_downs_the_cluster_even
     seen = [
         only(failed.stdout, "make_run status=")[-1],
         next(text for text in err.splitlines() if text.startswith("make_run: interrupted")),
+        next(text for text in err.splitlines() if text.startswith("make_run: kept")),
         *only(made.stdout, "make_run "),
         f"make_run status={line['status']} agent={agent} containers_left={containers_left} seconds={seconds:.1f}"
         f" fetch_ship_s={made.fetch_ship_s:.1f}",

@@ -204,3 +204,60 @@ def parse_args(argv=None):
     args = vars(parser().parse_args(argv))
     args["run_dir"] = store.where(args["run_dir"] or os.path.join(DEFAULT_RUNS, time.strftime("%Y%m%d-%H%M%S")))
     return Config(**args)
+
+
+def keep_run(cfg, made_with, given):
+    """A resumed run keeps what decides its bits (KEPT_ON_RESUME: batch size, seed, optimizer)
+    from made_with, the checkpoint's config; a run made before a field existed has its value there.
+    Another value named on the command line would make a different run under the same name: refused (UserError).
+    (cfg, {field: value kept})."""
+    kept = {k: made_with.get(k, before) for k, before in KEPT_ON_RESUME.items()}
+    kept = {k: v for k, v in kept.items() if v is not None}
+    for key, value in kept.items():
+        if key in given and getattr(cfg, key) != value:
+            flag = "--" + key.replace("_", "-")
+            raise cli.UserError(
+                f"{cfg.run_dir} was made with {flag} {value} and a resumed run keeps it; "
+                f"leave out {flag}, or start a new run with another --run-dir"
+            )
+    cfg = dataclasses.replace(cfg, **kept)
+    if cfg.learning_rate_rule == "auto":  # the rule's rate for the run's own batch size and start
+        cfg = dataclasses.replace(cfg, learning_rate=auto_learning_rate(cfg.batch_size, cfg.rmsprop_start))
+    return cfg, kept
+
+
+def keep_learning_rate(cfg, made_with, say=print):
+    """A resumed run keeps its own learning rate unless --learning-rate names one: resuming
+    without the flag must not change the step size under the run (nor move a run made with
+    Karpathy's 1e-4 onto the auto rule). made_with is the checkpoint's config; say: where the note goes."""
+    rate = made_with.get("learning_rate")
+    if cfg.learning_rate_rule != "auto" or not isinstance(rate, float) or rate == cfg.learning_rate:
+        return cfg
+    say(
+        f"note: resuming with the run's own learning_rate={rate:g}, not auto's {cfg.learning_rate:g} "
+        f"for batch {cfg.batch_size}; give --learning-rate to change it"
+    )
+    return dataclasses.replace(cfg, learning_rate=rate, learning_rate_rule="kept")
+
+
+def resolve(argv, readable=lambda run_dir: run_dir.startswith("s3://")):
+    """The config the trainer will run with ARGS argv, decided here as the trainer decides it: parse_args, then,
+    where this machine can read the run dir (readable: an s3:// one; a folder on a cluster's head is not), what a
+    resume keeps from its newest checkpoint (keep_run, keep_learning_rate). So `make run` and `make submit` cap a
+    resumed run by its own batch size, and refuse a flag that it would refuse, before anything is launched. A
+    run dir that cannot be read, or a checkpoint that cannot be used, is a UserError (one line, exit 2)."""
+    from .checkpoint import CheckpointError  # here: the trainer's flags alone need no numpy
+    from .run import Run
+    from .store import StoreError
+
+    cfg = parse_args(argv)
+    if not readable(cfg.run_dir):
+        return cfg
+    try:
+        state = Run(cfg.run_dir).load_latest(dataclasses.asdict(cfg), warn=lambda message: None)
+    except (StoreError, CheckpointError) as e:
+        raise cli.UserError(f"--run-dir {cfg.run_dir}: {e}") from None
+    if state is None:
+        return cfg
+    cfg, _ = keep_run(cfg, state.config, given_flags(argv))
+    return keep_learning_rate(cfg, state.config, say=lambda note: None)

@@ -246,8 +246,8 @@ def resume(cfg, run, given=frozenset()):
     if state is None:
         run.trim_metrics(0, warn=warn)  # a run that died before its first checkpoint runs again from update 1
         return Start(cfg, Learner(cfg), Progress(), kept={}, checkpoint=None)
-    cfg, kept = keep_run(cfg, state.config, given)
-    cfg = keep_learning_rate(cfg, state.config)
+    cfg, kept = config.keep_run(cfg, state.config, given)
+    cfg = config.keep_learning_rate(cfg, state.config, say=lambda note: print(note, flush=True))
     if "learning_rate" not in given:
         kept["learning_rate"] = cfg.learning_rate
     run.trim_metrics(state.update, warn=warn)
@@ -255,41 +255,6 @@ def resume(cfg, run, given=frozenset()):
     learner.set_state({"params": state.params, "cache": state.cache, "rmsprop_steps": state.rmsprop_steps})
     progress = Progress(**{k: getattr(state, k) for k in checkpoint.COUNTERS})
     return Start(cfg, learner, progress, kept, run.loaded_path())
-
-
-def keep_run(cfg, made_with, given):
-    """A resumed run keeps what decides its bits (config.KEPT_ON_RESUME: batch size, seed, optimizer)
-    from made_with, the checkpoint's config; a run made before a field existed has its value there.
-    Another value named on the command line would make a different run under the same name: refused (UserError).
-    (cfg, {field: value kept})."""
-    kept = {k: made_with.get(k, before) for k, before in config.KEPT_ON_RESUME.items()}
-    kept = {k: v for k, v in kept.items() if v is not None}
-    for key, value in kept.items():
-        if key in given and getattr(cfg, key) != value:
-            flag = "--" + key.replace("_", "-")
-            raise UserError(
-                f"{cfg.run_dir} was made with {flag} {value} and a resumed run keeps it; "
-                f"leave out {flag}, or start a new run with another --run-dir"
-            )
-    cfg = dataclasses.replace(cfg, **kept)
-    if cfg.learning_rate_rule == "auto":  # the rule's rate for the run's own batch size and start
-        cfg = dataclasses.replace(cfg, learning_rate=config.auto_learning_rate(cfg.batch_size, cfg.rmsprop_start))
-    return cfg, kept
-
-
-def keep_learning_rate(cfg, made_with):
-    """A resumed run keeps its own learning rate unless --learning-rate names one: resuming
-    without the flag must not change the step size under the run (nor move a run made with
-    Karpathy's 1e-4 onto the auto rule). made_with is the checkpoint's config."""
-    rate = made_with.get("learning_rate")
-    if cfg.learning_rate_rule != "auto" or not isinstance(rate, float) or rate == cfg.learning_rate:
-        return cfg
-    print(
-        f"note: resuming with the run's own learning_rate={rate:g}, not auto's {cfg.learning_rate:g} "
-        f"for batch {cfg.batch_size}; give --learning-rate to change it",
-        flush=True,
-    )
-    return dataclasses.replace(cfg, learning_rate=rate, learning_rate_rule="kept")
 
 
 def main(argv=None):

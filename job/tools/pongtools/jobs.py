@@ -12,8 +12,8 @@ Without ID, logs, status and stop-job take the latest submission's, recorded in 
 Ray's own CLI does the same (`ray job logs --follow ID`, `ray job status ID`, `ray list jobs`,
 `ray job stop ID`, with RAY_AUTH_MODE=token exported). This adds one line, and exit 2, in
 place of Ray's traceback for each mistake: no cluster at RAY_ADDRESS, a token that is missing
-or not the cluster's, another Ray version (the checks of submit.py's connect) and a job id the
-cluster does not know. `capacity` and `release` run `python -m pgpong.capacity show|release` as a small
+or not the cluster's, another Ray version (the checks of pongtools.client, whose one client each
+command opens) and a job id the cluster does not know. `capacity` and `release` run `python -m pgpong.capacity show|release` as a small
 job (it needs no CPU), since from here only the dashboard may be reachable: its one line is theirs.
 A job is shown as one line, `job id=... status=... start=... end=...
 entrypoint="..."`, in the key=value form of every log line (pgpong/logline.py). logs and status first say which
@@ -30,16 +30,8 @@ from pgpong import cli
 from pgpong.cli import UserError
 from pgpong.logline import kv
 
-from pongtools.submit import (
-    autodown_line,
-    connect,
-    dashboard_address,
-    follow,
-    last_job_file,
-    reached,
-    runtime_env,
-    submission_id,
-)
+from pongtools.client import JobsClient, dashboard_address, last_job_file
+from pongtools.submit import runtime_env, submission_id
 
 
 def when(ms):
@@ -59,51 +51,10 @@ def job_line(info, message=False):
     return kv("job", **fields)
 
 
-class Cluster:
-    """The cluster's Jobs API, each failure of a request one UserError."""
-
-    def __init__(self, address):
-        self.address = address
-        self.client = connect(address)
-        self.reached = None  # submit.reached's answer, asked once (line)
-        logging.getLogger("ray.dashboard.modules.job.sdk").setLevel(logging.WARNING)  # not its INFO "WebSocket closed"
-
-    def ask(self, request, job_id=None):
-        try:
-            return request()
-        except RuntimeError as e:  # the SDK's word for any HTTP answer but 200
-            if job_id is not None and "status code 404" in str(e):
-                raise UserError(
-                    f"the cluster at {self.address} has no job '{job_id}'; `make list` shows its jobs: pass "
-                    f"ID=<submission id> (without ID, the last submission's, recorded in {last_job_file()})"
-                ) from None
-            raise UserError(f"the cluster at {self.address} refused: {str(e).splitlines()[0]}") from None
-        except OSError as e:  # requests' ConnectionError and the like: the cluster went away
-            raise UserError(
-                f"lost the cluster at {self.address} ({type(e).__name__}); "
-                "see whether it still runs: `make local-status`, or `make dashboard` for a cloud cluster"
-            ) from None
-
-    def info(self, job_id):
-        return self.ask(lambda: self.client.get_job_info(job_id), job_id)
-
-    def autodown_line(self):
-        """The last line of the head's autodown watcher, or None where the head runs none (submit.autodown_line,
-        which `make submit` and `make run` read too)."""
-        head_id = self.reached.head_id if self.reached else None  # None: autodown_line asks for the nodes itself
-        return self.ask(lambda: autodown_line(self.client, head_id))
-
-    def line(self):
-        """`cluster address=... cluster=<name> nodes=N cpus=C`: which cluster this is (submit.reached), so that a job
-        meant for a cloud head is not read from the laptop's own without a word."""
-        self.reached = self.ask(lambda: reached(self.client))
-        return kv("cluster", address=self.address, **self.reached.fields())
-
-
 def logs(cluster, job_id):
     cluster.info(job_id)  # an unknown id is one line here; the log stream would only say 404
     print(cluster.line(), flush=True)
-    cluster.ask(lambda: follow(cluster.client, job_id), job_id)
+    cluster.follow(job_id)
     print(job_line(cluster.info(job_id)), flush=True)
 
 
@@ -198,7 +149,7 @@ def main(argv=None):
         parser.error(f"{args.command} takes no ID")
     job_id = args.id or (None if args.command in WITHOUT_ID else recorded_id())
     try:
-        return COMMANDS[args.command](Cluster(dashboard_address()), job_id) or 0
+        return COMMANDS[args.command](JobsClient(dashboard_address()), job_id) or 0
     except KeyboardInterrupt:  # Ctrl-C ends only this command
         print(f"{args.command}: interrupted; {INTERRUPTED.get(args.command, 'nothing was changed')}", file=sys.stderr)
         raise

@@ -8,12 +8,17 @@
 Before anything is launched or written (the Makefile runs it first with --check, before the variant
 copy and the token), each mistake is one line and exit 2: ARGS the trainer's own parser refuses (its
 line), KEEP other than 0 or 1, MAX_HOURS that is not hours > 0, an open-ended job (--updates 0) without
-MAX_HOURS, a CLUSTER that is no YAML or one Ray's launcher refuses (its
-own validator's word), an OUT that is a file or a folder that is not empty.
+MAX_HOURS, a relative --run-dir, a CLUSTER that is no YAML or one Ray's launcher refuses (its
+own validator's word), an OUT that is a file or a folder that is not empty, and what a resume of a run dir
+read here (s3://) would refuse (another --batch-size than its checkpoint's).
 
-The job's time cap (pongtools.submit --max-hours: the head's watcher stops the job then) is MAX_HOURS, else
-the plan's default for the job's updates at the launched YAML's nodes x CPUs (pongtools.timecap says how).
-The `make_run step=cap` line says it and what it came from.
+The launcher names the run: the job's submission id is chosen here, and its run dir is ARGS' --run-dir or else
+~/pong-runs/<that id> on the head, added to ARGS (name_run). The job's config is decided once, here, by the
+trainer's own code (pgpong.config.resolve: its parser, and what a resume keeps from the checkpoint of a run dir
+this machine can read), and that config is what is capped and sent. The job's time cap (pongtools.submit
+--max-hours: the head's watcher stops the job then) is MAX_HOURS, else the plan's default for the job's updates
+and batch size at the launched YAML's nodes x CPUs (pongtools.timecap says how). The `make_run step=cap` line says
+it and what it came from.
 
 Its stages (Stage), in order, each announced by a `make_run step=...` line, are the commands a user would type:
 1. up: `ray up -y --no-restart CLUSTER` (the Makefile passes the variant that SPOT, MIN_WORKERS, AUTODOWN
@@ -22,30 +27,30 @@ Its stages (Stage), in order, each announced by a `make_run step=...` line, are 
    the YAML has one, `ray exec CLUSTER` runs infra/rearm.py in the head's container: every alive node's end
    moves to MAX_NODE_HOURS from now (`make_run step=backstop nodes=N max_node_hours=H`; a failure is one line
    saying that the end did not move, and the run goes on);
-2. tunnel: `ray dashboard` forwards the head's Jobs API to a free port here, for the steps below;
+2. tunnel: `ray dashboard` forwards the head's Jobs API to a free port here, for the steps below, all asked
+   through one Jobs API client (pongtools.client.JobsClient);
 3. submit: pongtools.submit, in this process, as `make submit` (its id also goes to LAST_JOB_FILE, for `make logs`);
 4. follow: the job's logs, as `make logs`, to the job's end, then its status;
-5. fetch: the run's metrics.jsonl and newest checkpoint from the head (`ray rsync-down`) into
-   OUT/run (a run dir on S3 is read where it is);
+5. fetch: the run dir it named, whole (`ray rsync-down`), into OUT/run, a run dir that `make train ARGS="--run-dir
+   OUT/run"` resumes (a run dir on S3 is read where it is); its newest checkpoint is pgpong.run.Run's, the
+   trainer's own reader's;
 6. ship: pongtools.ship and pongtools.plot, in this process, as `make ship` does, into OUT/agent: the agent
    (pong-agent.npz, float16), its metrics and curve.png; `make play CHECKPOINT=OUT/agent` plays it;
 7. down: `ray down -y CLUSTER`, unless --keep.
 A job that fails is still fetched (what it left) and the cluster still goes down, as after any error here, a bug's
-included (its traceback first); the exit status is 1.
-Ctrl-C stops this command, never the job: it says what still runs and bills, what is known of the
-head's autodown (nothing during `ray up`: the watcher starts with the head's Ray, at its end; after it,
-autodown's last line, read through the tunnel), and the command that ends it. The last line is
+included (its traceback first); the exit status is 1. The teardown is in a finally.
+Ctrl-C says what still runs and bills, and what is known of the head's autodown (nothing during `ray up`: the
+watcher starts with the head's Ray, at its end; after it, autodown's last line, read through the tunnel), then
+asks: `keep` leaves the cluster and the job running and names the command that ends them; Enter, no terminal to
+answer, or a second Ctrl-C takes it all down, as a cluster left by mistake bills by the hour. Exit 130. The last line is
 `make_run status=<the job's status> agent=<OUT/agent or -> cluster=down|up|down_failed seconds=<all of
 it>`, with `autodown=<what ends it>` where the cluster is left up: after_<N>_idle_minutes, refused or
 failed (autodown's `autodown refused ...`/`autodown failed ...` line: it will not go down by itself),
 none (no autodown), or unseen (the YAML starts one, but no line of it was read).
 """
 
-import dataclasses
 import enum
-import json
-import re
-import shlex
+import importlib
 import signal
 import subprocess
 import sys
@@ -55,27 +60,16 @@ from pathlib import Path
 
 from pgpong import cli
 from pgpong.cli import Parser, UserError, checked
-from pgpong.config import DEFAULT_UPDATES
+from pgpong.config import DEFAULT_RUNS, DEFAULT_UPDATES
 from pgpong.logline import fields, kv
+from pgpong.run import Run
 
 from pongtools import REPO, clusterfile
-from pongtools.jobs import Cluster, job_line
-from pongtools.submit import (
-    asks_for_help,
-    autodown_line,
-    connect,
-    follow,
-    hours,
-    job_packages,
-    submit,
-    trainer_config,
-)
+from pongtools.client import JobsClient
+from pongtools.jobs import job_line
+from pongtools.submit import asks_for_help, hours, job_packages, submission_id, submit, trainer_config
 from pongtools.timecap import default_cap
 from pongtools.tunnel import Tunnel
-
-# What of the run on the head the agent needs: its metrics, and the newest ckpt-NNNNNN.npz found there.
-RUN_FILES = ("metrics.jsonl",)
-CHECKPOINT = re.compile(r"^ckpt-\d+\.npz$")
 
 
 class Stage(enum.Enum):
@@ -94,38 +88,6 @@ class Stage(enum.Enum):
 
 def say(stage, **fields_):
     print(kv("make_run", step=stage.value, **fields_), flush=True)
-
-
-@dataclasses.dataclass(frozen=True)
-class Trained:
-    """What following a job to its end found: its final status and its trainer's start and done lines."""
-
-    status: str
-    start: dict = dataclasses.field(default_factory=dict)
-    done: dict = dataclasses.field(default_factory=dict)
-
-    @property
-    def run_dir(self):
-        return json.loads(self.start.get("config", "{}")).get("run_dir", "")
-
-
-class Lines:
-    """The job's log as it streams: written through to stdout, its trainer's start and done lines kept."""
-
-    def __init__(self):
-        self.start, self.done, self.partial = {}, {}, ""
-
-    def write(self, chunk):
-        sys.stdout.write(chunk)
-        *whole, self.partial = (self.partial + chunk).split("\n")
-        for line in whole:
-            if line.startswith("start "):
-                self.start = fields(line)
-            elif line.startswith("done "):
-                self.done = fields(line)
-
-    def flush(self):
-        sys.stdout.flush()
 
 
 def autodown_state(line, minutes):
@@ -198,8 +160,8 @@ class Launch:
         self.stage = Stage.CAP
         self.ready = False  # `ray up` succeeded: the head runs, and its watcher if the YAML starts one
         self.watcher = None  # autodown's last line, as last read through the tunnel
-        self.address = None  # the tunnel's, while it is open
-        self.job_id = None
+        self.api = None  # the one Jobs API client of this launch, while the tunnel is open
+        self.job_id = None  # once submitted
 
     def enter(self, stage, **fields_):
         self.stage = stage
@@ -209,8 +171,8 @@ class Launch:
         """Read autodown's last line on the head through the tunnel, kept for the end's and Ctrl-C's words;
         the one read before stays where none can be read now."""
         try:
-            self.watcher = autodown_line(connect(self.address)) or self.watcher
-        except (UserError, RuntimeError, OSError, ValueError):
+            self.watcher = self.api.autodown_line() or self.watcher
+        except UserError:
             pass
 
     def autodown(self):
@@ -219,48 +181,58 @@ class Launch:
             return "unknown", "`ray up` did not finish, so whether its head runs an autodown watcher is not known"
         return autodown_state(self.watcher, clusterfile.autodown_minutes(self.config))
 
-    def train(self):
-        """Submit and follow, in this process: the job's Trained."""
-        self.enter(Stage.SUBMIT, job=self.a.job, address=self.address)
+    def train(self, address):
+        """Submit under the id and run dir this launch named, and follow, in this process: the job's status."""
+        self.enter(Stage.SUBMIT, job=self.a.job, address=address, run_dir=self.a.run_dir)
         try:
-            submitted = submit(self.a.job, self.a.trainer_args, self.a.max_hours, self.address, self.a.cap_from)
+            self.api = JobsClient(address)
+            submitted = submit(
+                self.api,
+                self.a.job,
+                self.a.trainer_args,
+                self.a.max_hours,
+                self.a.cap_from,
+                self.a.job_id,
+                self.a.trainer,
+            )
         except UserError as error:
             print(f"submit: {error}", file=sys.stderr, flush=True)
-            return Trained("NOT_SUBMITTED")
+            return "NOT_SUBMITTED"
         print(submitted.line(), flush=True)
         self.job_id = submitted.id
         self.read_watcher()
         self.enter(Stage.FOLLOW, job=self.job_id)
-        lines = Lines()
         try:  # as `make logs`: the job's lines to its end, then its status line
-            cluster = Cluster(self.address)
-            status = cluster.ask(lambda: follow(cluster.client, self.job_id, out=lines), self.job_id)
-            print(job_line(cluster.info(self.job_id)), flush=True)
+            status = self.api.follow(self.job_id)
+            print(job_line(self.api.info(self.job_id)), flush=True)
         except UserError as error:
             print(f"logs: {error}", file=sys.stderr, flush=True)
             status = "UNKNOWN"
-        return Trained(status, lines.start, lines.done)
+        self.read_watcher()
+        return status
 
-    def fetch(self, run_dir):
-        """The run dir's files the agent needs, here in OUT/run; that folder, or the S3 run dir itself."""
+    def fetch(self):
+        """The run dir this launch named, whole, here in OUT/run (`ray rsync-down`), or the S3 run dir where it is:
+        that Run, or None where it holds no checkpoint (Run.checkpoints, the trainer's own reader) or none came."""
+        run_dir = self.a.run_dir
         if run_dir.startswith("s3://"):
-            return run_dir
-        local = self.a.out / "run"
-        local.mkdir(parents=True, exist_ok=True)
-        listed = subprocess.run(
-            ["ray", "exec", self.a.cluster, f"ls -1 {shlex.quote(run_dir)}"],
-            capture_output=True,
-            text=True,
-            stdin=subprocess.DEVNULL,
-        )
-        names = [line.strip() for line in listed.stdout.splitlines()]
-        checkpoints = sorted(name for name in names if CHECKPOINT.match(name))
-        wanted = [name for name in RUN_FILES if name in names] + checkpoints[-1:]
-        for name in wanted:
-            if ray("rsync-down", self.a.cluster, f"{run_dir.rstrip('/')}/{name}", str(local / name)):
-                raise RuntimeError(f"`ray rsync-down` of {run_dir}/{name} failed")
-        self.enter(Stage.FETCH, run_dir=run_dir, to=local, files=",".join(wanted) or "none")
-        return local if checkpoints else None
+            run = Run(run_dir)
+        else:
+            local = self.a.out / "run"
+            local.mkdir(parents=True, exist_ok=True)
+            copied = subprocess.run(
+                ["ray", "rsync-down", self.a.cluster, run_dir.rstrip("/") + "/", f"{local}/"],
+                capture_output=True,
+                text=True,
+                stdin=subprocess.DEVNULL,
+            )
+            if copied.returncode != 0:  # the job never made it (a run dir it could not write, a failed start)
+                said = [line for line in (copied.stdout + copied.stderr).splitlines() if line.strip()]
+                print(f"make_run: nothing fetched from {run_dir}: {(said or ['?'])[-1].strip()}", file=sys.stderr)
+            run = Run(local)
+        names = run.checkpoints()
+        self.enter(Stage.FETCH, run_dir=run_dir, to=run, checkpoints=len(names), newest=names[0] if names else "none")
+        return run if names else None
 
     def ship(self, run):
         """The agent in OUT/agent, and its curve, by pongtools.ship and pongtools.plot in this process."""
@@ -274,9 +246,9 @@ class Launch:
             raise RuntimeError(f"shipping the run {run} failed: {error}") from None
         return agent
 
-    def down(self):
-        """`ray down`, unless --keep: the cluster's word for the last line."""
-        if self.a.keep:
+    def down(self, keep):
+        """`ray down`, unless keep: the cluster's word for the last line."""
+        if keep:
             self.enter(Stage.KEEP, note=f"the cluster runs and bills ({self.autodown()[1]}); end it: {self.ender()}")
             return "up"
         self.enter(Stage.DOWN, cluster=self.a.cluster)
@@ -289,9 +261,11 @@ class Launch:
         return f"make down CLUSTER={self.a.down_cluster}"
 
     def interrupted(self):
-        """What Ctrl-C leaves, what is known of what ends it, and how to end it."""
+        """Ctrl-C: what still runs, what is known of what ends it, and the question whether to keep it. True only
+        where the answer is keep; any other answer, none (no terminal: end of input) or a second Ctrl-C takes it
+        down, since a cluster left by mistake bills by the hour."""
         if self.stage is Stage.CAP:
-            return
+            return False
         running = f"the job {self.job_id} runs on; " if self.job_id else ""
         if self.ready:
             state = f"the cluster {self.a.down_cluster} is up and billing ({self.autodown()[1]})"
@@ -300,46 +274,57 @@ class Launch:
                 f"`ray up` of {self.a.down_cluster} was cut short: its nodes may be up and billing, and whether its "
                 "head started an autodown watcher is not known (it starts last)"
             )
-        again = f"Follow it again: make dashboard, then make logs ID={self.job_id}. " if self.job_id else ""
-        print(
-            f"make_run: interrupted; {running}{state}. {again}End it all (the job with it): {self.ender()}",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(f"make_run: interrupted; {running}{state}.", file=sys.stderr, flush=True)
+        try:
+            kept = input("make_run: type keep (then Enter) to leave it up; Enter takes it all down: ").strip() == "keep"
+        except (EOFError, KeyboardInterrupt, OSError):
+            kept = False
+        if kept:
+            again = f"Follow it again: make dashboard, then make logs ID={self.job_id}. " if self.job_id else ""
+            print(f"make_run: kept. {again}End it all (the job with it): {self.ender()}", file=sys.stderr, flush=True)
+        return kept
+
+    def stages(self):
+        """up, backstop, tunnel, submit, follow, fetch, ship: (the job's status, the agent or None)."""
+        self.enter(Stage.UP, cluster=self.a.cluster)
+        if ray("up", "-y", "--no-restart", self.a.cluster) != 0:
+            return "UP_FAILED", None
+        self.ready = True
+        if rearm_command(self.config):
+            self.stage = Stage.BACKSTOP
+            rearm(self.a.cluster, self.config)
+        with Tunnel(self.a.cluster, clusterfile.dashboard_port(self.config)) as tunnel:
+            status = self.train(tunnel.address)
+        if not self.job_id:
+            return status, None
+        run = self.fetch()
+        return status, self.ship(run) if run is not None else None
 
     def run(self):
-        """Every stage, then the cluster down (or kept) however they end, a bug's exception included (its traceback
-        first); the exit status. Only Ctrl-C skips the teardown: main says what still runs and how to end it."""
-        trained, agent = Trained("NOT_STARTED"), None
-        self.enter(Stage.UP, cluster=self.a.cluster)
+        """Every stage, then the cluster down (or kept) however they end: the teardown is in a finally, reached on
+        every exception, a bug's included (its traceback first). Only a Ctrl-C whose question was answered keep
+        leaves the cluster up (and --keep). The exit status: 0 for an agent, 130 after Ctrl-C, else 1."""
+        status, agent, keep = "NOT_STARTED", None, self.a.keep
         try:
-            if ray("up", "-y", "--no-restart", self.a.cluster) != 0:
-                trained = Trained("UP_FAILED")
-            else:
-                self.ready = True
-                if rearm_command(self.config):
-                    self.stage = Stage.BACKSTOP
-                    rearm(self.a.cluster, self.config)
-                with Tunnel(self.a.cluster, clusterfile.dashboard_port(self.config)) as tunnel:
-                    self.address = tunnel.address
-                    self.read_watcher()
-                    trained = self.train()
-                    self.read_watcher()
-                run = self.fetch(trained.run_dir) if trained.run_dir else None
-                agent = self.ship(run) if run is not None else None
+            status, agent = self.stages()
+        except KeyboardInterrupt:
+            status, keep = "INTERRUPTED", self.interrupted() or self.a.keep
         except (RuntimeError, OSError) as error:
             print(f"make_run: {error}", file=sys.stderr, flush=True)
-            trained = trained if trained.status != "NOT_STARTED" else Trained("ERROR")
+            status = "ERROR" if status == "NOT_STARTED" else status
         except Exception:  # a bug of ours (a KeyError, a JSONDecodeError): said, and the cluster still goes down
             traceback.print_exc()
             print("make_run: the error above is a bug of make run; the cluster goes down all the same", file=sys.stderr)
-            trained = Trained("ERROR", trained.start, trained.done)
-        cluster = self.down()
-        left_up = {"autodown": self.autodown()[0]} if cluster != "down" else {}
-        seconds = round(time.monotonic() - self.started, 1)
-        say_end = dict(status=trained.status, job=self.job_id or "-", agent=agent or "-", cluster=cluster)
-        print(kv("make_run", **say_end, **left_up, seconds=seconds), flush=True)
-        return 0 if trained.status == "SUCCEEDED" and agent and cluster in ("down", "up") else 1
+            status = "ERROR"
+        finally:
+            cluster = self.down(keep)
+            left_up = {"autodown": self.autodown()[0]} if cluster != "down" else {}
+            seconds = round(time.monotonic() - self.started, 1)
+            say_end = dict(status=status, job=self.job_id or "-", agent=agent or "-", cluster=cluster)
+            print(kv("make_run", **say_end, **left_up, seconds=seconds), flush=True)
+        if status == "INTERRUPTED":
+            return cli.INTERRUPTED
+        return 0 if status == "SUCCEEDED" and agent and cluster in ("down", "up") else 1
 
 
 def keep(text):
@@ -349,9 +334,26 @@ def keep(text):
     return text == "1"
 
 
+def name_run(a, package):
+    """The run dir the job writes, as its trainer is given it: the --run-dir of ARGS, else DEFAULT_RUNS/<the job's
+    submission id> on the head, added to ARGS. So the launcher knows the run by the name it gave, and fetches it by
+    that name. A relative one is refused: on the head it would be inside the job's working dir, which Ray deletes."""
+    given = vars(importlib.import_module(f"{package}.config").parser(defaults=False).parse_args(a.trainer_args))
+    if "run_dir" not in given:
+        a.run_dir = f"{DEFAULT_RUNS}/{a.job_id}"
+        a.trainer_args = [*a.trainer_args, "--run-dir", a.run_dir]
+    elif given["run_dir"].startswith(("s3://", "/", "~")):
+        a.run_dir = given["run_dir"]
+    else:
+        raise UserError(
+            f"ARGS' --run-dir {given['run_dir']} is relative: on the cluster it would be inside the job's working dir, "
+            "which Ray deletes; give an absolute path, ~/<folder> (on the head) or s3://<bucket>/<prefix>"
+        )
+
+
 def check(a):
     """Every mistake of the command line as a UserError, before anything is launched or written;
-    (the launcher config, the trainer's config of ARGS)."""
+    (the launcher config, the trainer's config of ARGS as the head will run it). Names the run (name_run)."""
     if not Path(a.cluster).is_file():
         raise UserError(f"cluster config {a.cluster} does not exist; pass CLUSTER=<file.yaml>")
     if a.out.exists() and not a.out.is_dir():
@@ -366,7 +368,8 @@ def check(a):
         raise UserError(
             "ARGS ask the trainer for its help, for which make run would launch a cluster: make train ARGS=--help"
         )
-    trainer = trainer_config(a.job, jobs[a.job], a.trainer_args)  # its own line and exit 2 if it refuses them
+    name_run(a, jobs[a.job])  # the trainer's parser's own line and exit 2 if it refuses ARGS
+    trainer = trainer_config(a.job, jobs[a.job], a.trainer_args)  # and a resume's refusal, where it is read here
     if trainer.updates == 0 and not a.max_hours:
         raise UserError(
             "an open-ended job (--updates 0) needs a time cap on a cluster: pass MAX_HOURS=<hours> (the head's "
@@ -398,14 +401,15 @@ def main(argv=None):
     a = p.parse_args(argv)
     a.down_cluster = a.down_cluster or a.cluster
     a.out = a.out or REPO / "runs" / time.strftime("%Y%m%d-%H%M%S")
-    config, trainer = check(a)
+    a.job_id = submission_id(a.job)
+    config, a.trainer = check(a)
     if a.check:
         return 0
     a.cap_from = "MAX_HOURS" if a.max_hours else "plan"
     if a.max_hours:
         say(Stage.CAP, max_hours=a.max_hours, source=a.cap_from)
     else:
-        capped, why = default_cap(trainer, *clusterfile.size(config), clusterfile.image_path(config))
+        capped, why = default_cap(a.trainer, *clusterfile.size(config), clusterfile.image_path(config))
         a.max_hours = f"{capped:g}"
         say(Stage.CAP, max_hours=a.max_hours, source=a.cap_from, **why)
     launch = Launch(a, config)
@@ -414,8 +418,8 @@ def main(argv=None):
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return launch.run()
-    except KeyboardInterrupt:
-        launch.interrupted()
+    except KeyboardInterrupt:  # a second Ctrl-C, in the teardown itself
+        print(f"make_run: interrupted in the teardown; the cluster may still bill: {launch.ender()}", file=sys.stderr)
         raise
 
 

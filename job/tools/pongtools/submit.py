@@ -44,12 +44,8 @@ logs as they come and exits 0 only if the job SUCCEEDED (1 if it did not).
 """
 
 import argparse
-import asyncio
 import dataclasses
 import importlib
-import importlib.metadata
-import json
-import logging
 import os
 import secrets
 import shlex
@@ -63,28 +59,10 @@ from pgpong.config import DEFAULT_UPDATES
 from pgpong.logline import kv
 
 from pongtools import REPO
+from pongtools.client import JobsClient, Reached, dashboard_address, last_job_file
 from pongtools.timecap import default_cap
 
 JOBS_DIR = REPO / "job"
-DEFAULT_ADDRESS = "http://127.0.0.1:8265"
-DEFAULT_TOKEN_PATH = Path.home() / ".ray" / "auth_token"
-# The head's autodown watcher's log, in the head's Ray log folder (cluster/variant.py's AUTODOWN_COMMAND).
-AUTODOWN_LOG = "autodown.log"
-# The Ray label (`ray start --labels`) that names the cluster of a head: cluster/aws.yaml's and cluster/local.yaml's
-# head_start_ray_commands set it to their cluster_name, cluster/local-ray.sh to local-up (this machine's head);
-# a head without it (a `ray start` of your own) is UNNAMED. `make submit`, `make logs` and `make status` say it.
-CLUSTER_LABEL = "pong/cluster"
-UNNAMED = "unnamed"
-START_HINT = (
-    "start one with `make local-up` (this machine) or `make up` then `make dashboard` "
-    "(cloud), or set RAY_ADDRESS to its dashboard address"
-)
-
-
-def last_job_file():
-    """Where the latest submission id is recorded: LAST_JOB_FILE, else .last-job in the repo (the one default;
-    `make logs`, `make status` and `make stop-job` read it through pongtools.jobs)."""
-    return Path(os.environ.get("LAST_JOB_FILE") or REPO / ".last-job")
 
 
 def job_packages():
@@ -114,15 +92,16 @@ def runtime_env(job):
 
 
 def trainer_config(job, package, args):
-    """The job's config as its trainer will read ARGS, by the trainer's own parser (<package>.config):
-    ARGS it refuses are its one line and exit 2 here, before anything is launched or sent."""
+    """The job's config as its trainer will run ARGS, decided by the trainer's own code (<package>.config's resolve:
+    its parser, and a resume's kept fields where the run dir can be read here): ARGS it refuses are its one line and
+    exit 2 here, before anything is launched or sent."""
     try:
         config = importlib.import_module(f"{package}.config")  # installed by make setup (pyproject.toml)
     except ModuleNotFoundError:
         raise UserError(
             f"job/{job}'s package {package} is not installed here: add it to pyproject.toml's packages, then make setup"
         ) from None
-    return config.parse_args(args)
+    return config.resolve(args)
 
 
 def asks_for_help(args):
@@ -139,121 +118,6 @@ def hours(text):
 def submission_id(job):
     """`pong-20250101-120000-3fa9c1`: sortable by time, unique even within one second."""
     return f"{job}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
-
-
-def dashboard_address():
-    address = os.environ.get("RAY_ADDRESS") or DEFAULT_ADDRESS
-    if "://" not in address:
-        address = "http://" + address
-    return address.rstrip("/")
-
-
-def token_source():
-    """Where Ray itself looks for the token first: RAY_AUTH_TOKEN, or the file RAY_AUTH_TOKEN_PATH names."""
-    if os.environ.get("RAY_AUTH_TOKEN", "").strip():
-        return "RAY_AUTH_TOKEN"
-    return os.environ.get("RAY_AUTH_TOKEN_PATH") or str(DEFAULT_TOKEN_PATH)
-
-
-def local_token():
-    """The token to send, found where Ray itself looks, or None."""
-    if os.environ.get("RAY_AUTH_TOKEN", "").strip():
-        return os.environ["RAY_AUTH_TOKEN"].strip()
-    path = Path(token_source())
-    if path.is_file() and path.read_text().strip():
-        return path.read_text().strip()
-    return None
-
-
-def answers(address):
-    """Whether anything answers HTTP at address."""
-    import requests
-
-    try:
-        requests.get(address + "/api/version", timeout=10)
-    except requests.RequestException:
-        return False
-    return True
-
-
-def connect(address):
-    """A JobSubmissionClient for the cluster, or one line saying why there is none."""
-    from ray.exceptions import AuthenticationError
-    from ray.job_submission import JobSubmissionClient
-
-    # Ray warns through logging when it finds no token; our own line below says it better.
-    logging.getLogger("ray").setLevel(logging.ERROR)
-    token = local_token()
-    headers = {"Authorization": "Bearer " + token} if token else None
-    try:
-        client = JobSubmissionClient(address, headers=headers)
-    except ConnectionError:
-        raise UserError(f"no Ray cluster answers at {address}; {START_HINT}") from None
-    except AuthenticationError:
-        if token is None and not answers(address):  # Ray refused to send no token before it asked anyone
-            raise UserError(f"no Ray cluster answers at {address}; {START_HINT}") from None
-        if token is None:
-            raise UserError(
-                f"the cluster at {address} requires a token but there is none at {token_source()}; "
-                "copy the cluster's token there (docs/security.md, Token authentication)"
-            ) from None
-        raise UserError(
-            f"the cluster at {address} rejected the token; the one in {token_source()} is not the cluster's: "
-            "copy the cluster's token there (docs/security.md, Token authentication)"
-        ) from None
-    except (RuntimeError, ValueError, OSError) as e:  # an HTTP server, but not a Ray dashboard
-        raise UserError(f"{address} is not a Ray dashboard ({str(e).splitlines()[0]}); {START_HINT}") from None
-    ours = importlib.metadata.version("ray")
-    theirs = client._server_ray_version  # read by the client's own version check just now
-    if theirs != ours:
-        raise UserError(
-            f"the cluster runs Ray {theirs} but this client has Ray {ours}; "
-            "both must be the version pinned in requirements.txt"
-        )
-    return client
-
-
-@dataclasses.dataclass(frozen=True)
-class Reached:
-    """The cluster a client reaches: its name (the head's CLUSTER_LABEL; UNNAMED without one), its alive nodes,
-    their CPUs in all and on the largest, and its head's node id (None: no head answered)."""
-
-    name: str
-    nodes: int
-    cpus: int
-    cpus_per_node: int
-    head_id: str | None
-
-    def fields(self):
-        return {"cluster": self.name, "nodes": self.nodes, "cpus": self.cpus}
-
-
-def get(client, path):
-    """A GET of the dashboard's REST API with the client's token: its text, None if not 200."""
-    answer = client._do_request("GET", path)
-    return answer.text if answer.status_code == 200 else None
-
-
-def reached(client):
-    """The Reached of the cluster behind client, from the dashboard's list of nodes."""
-    listed = json.loads(get(client, "/api/v0/nodes?detail=false&limit=1000") or "{}")
-    alive = [n for n in listed.get("data", {}).get("result", {}).get("result", []) if n.get("state") == "ALIVE"]
-    heads = [n for n in alive if n.get("is_head_node")]
-    name = (heads[0].get("labels") or {}).get(CLUSTER_LABEL, UNNAMED) if heads else UNNAMED
-    cpus = [int((n.get("resources_total") or {}).get("CPU", 0)) for n in alive]
-    return Reached(name, len(alive), sum(cpus), max(cpus, default=0), heads[0]["node_id"] if heads else None)
-
-
-def autodown_line(client, head_id=None):
-    """The last line of the head's autodown watcher (infra/autodown.py writes it in the head's Ray log
-    folder), or None where the head runs none (the head of `make local-up`). head_id: the head's node id, if
-    known (reached's), else asked for."""
-    head_id = head_id or reached(client).head_id
-    if head_id is None:
-        return None
-    text = get(client, f"/api/v0/logs/file?node_id={head_id}&filename={AUTODOWN_LOG}&lines=1") or ""
-    lines = [line for line in text.splitlines() if line.startswith("autodown ")]
-    return lines[-1] if lines else None
 
 
 def time_cap(max_hours, trainer, watcher, where, source="MAX_HOURS"):
@@ -311,25 +175,6 @@ def job_commands(job_id, address):
     ]
 
 
-def follow(client, job_id, out=sys.stdout):
-    """Print the job's logs until it ends; return its final status name."""
-
-    async def tail():
-        async for chunk in client.tail_job_logs(job_id):
-            out.write(chunk)
-            out.flush()
-
-    try:
-        asyncio.run(tail())
-    except RuntimeError:  # the log stream broke (head busy, network): the status still tells
-        pass
-    while True:
-        status = client.get_job_status(job_id)
-        if status.is_terminal():
-            return str(status.value)
-        time.sleep(1)
-
-
 @dataclasses.dataclass(frozen=True)
 class Submission:
     """A job the cluster took: its id, where, what it runs, and what its `submitted` line says of its time cap."""
@@ -340,42 +185,36 @@ class Submission:
     where: Reached  # the cluster behind address
     entrypoint: str
     cap: dict
-    client: object = dataclasses.field(repr=False, compare=False)  # the JobSubmissionClient that sent it
 
     def line(self):
         said = kv("submitted", job=self.job, id=self.id, address=self.address, **self.where.fields(), **self.cap)
         return f"{said} entrypoint={self.entrypoint!r}"
 
 
-def submit(job, trainer_args, max_hours=None, address=None, cap_from="MAX_HOURS"):
-    """Check and send job/<job> with trainer_args (the checks of the module's docstring): its Submission, the id
-    recorded in last_job_file(). max_hours None: the plan's cap for its updates (time_cap); cap_from: what a given
-    one came from. UserError for each mistake, before anything is sent or recorded."""
+def submit(api, job, trainer_args, max_hours=None, cap_from="MAX_HOURS", job_id=None, trainer=None):
+    """Check and send job/<job> with trainer_args to the cluster of api (a JobsClient), under job_id (default: a new
+    submission_id), by the checks of the module's docstring: its Submission, the id recorded in last_job_file().
+    max_hours None: the plan's cap for its updates (time_cap); cap_from: what a given one came from. trainer: the
+    job's config as trainer_config resolved it, where the caller already did. UserError for each mistake, before
+    anything is sent or recorded."""
     jobs = job_packages()
     if job not in jobs:
         raise UserError(f"unknown job '{job}'; the jobs under job/ are: {', '.join(jobs) or 'none'}")
-    trainer = None if asks_for_help(trainer_args) else trainer_config(job, jobs[job], trainer_args)
-    address = address or dashboard_address()
+    if trainer is None and not asks_for_help(trainer_args):
+        trainer = trainer_config(job, jobs[job], trainer_args)
     env = runtime_env(job)
-    client = connect(address)
-    try:
-        where = reached(client)
-        watcher = autodown_line(client, where.head_id)
-    except (RuntimeError, OSError, ValueError) as e:
-        raise UserError(
-            f"cannot ask the head at {address} for its nodes and its autodown watcher's log ({type(e).__name__})"
-        ) from None
-    max_hours, cap = time_cap(max_hours, trainer, watcher, where, cap_from)
+    where = api.where()
+    max_hours, cap = time_cap(max_hours, trainer, api.autodown_line(), where, cap_from)
     metadata = {"max_hours": max_hours} if max_hours is not None else None
     entrypoint = shlex.join(["python", "-m", f"{jobs[job]}.train", *trainer_args])
     try:
-        job_id = client.submit_job(
-            entrypoint=entrypoint, submission_id=submission_id(job), runtime_env=env, metadata=metadata
+        job_id = api.client.submit_job(
+            entrypoint=entrypoint, submission_id=job_id or submission_id(job), runtime_env=env, metadata=metadata
         )
     except RuntimeError as e:
         raise UserError(f"the cluster refused the job: {str(e).splitlines()[0]}") from None
     last_job_file().write_text(job_id + "\n")
-    return Submission(job, job_id, address, where, entrypoint, cap, client)
+    return Submission(job, job_id, api.address, where, entrypoint, cap)
 
 
 def main(argv=None):
@@ -392,12 +231,17 @@ def main(argv=None):
     )
     args = parser.parse_args(argv)
     trainer_args = args.trainer_args[1:] if args.trainer_args[:1] == ["--"] else args.trainer_args
-    submitted = submit(args.job, trainer_args, args.max_hours)
+    jobs = job_packages()  # the job and ARGS are checked before the cluster is asked anything
+    if args.job not in jobs:
+        raise UserError(f"unknown job '{args.job}'; the jobs under job/ are: {', '.join(jobs) or 'none'}")
+    trainer = None if asks_for_help(trainer_args) else trainer_config(args.job, jobs[args.job], trainer_args)
+    api = JobsClient(dashboard_address())
+    submitted = submit(api, args.job, trainer_args, args.max_hours, trainer=trainer)
     print(submitted.line(), flush=True)
     if not args.wait:
         print("\n".join(job_commands(submitted.id, submitted.address)))
         return 0
-    status = follow(submitted.client, submitted.id)
+    status = api.follow(submitted.id)
     print(f"submit: job={submitted.id} status={status}", flush=True)
     return 0 if status == "SUCCEEDED" else 1
 
