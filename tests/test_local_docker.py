@@ -566,7 +566,7 @@ def test_make_run_trains_fetches_and_ships_the_agent_then_downs_the_cluster_even
     assert made.returncode == 0 and line["status"] == "SUCCEEDED" and line["cluster"] == "down", made.stdout[-3000:]
     assert line["agent"] == str(agent), line
     fetched = sorted(p.name for p in (tmp_path / "run" / "run").iterdir())  # the run dir whole, as the job left it
-    assert fetched == ["ckpt-000001.npz", "ckpt-000002.npz", "metrics.jsonl"], fetched
+    assert fetched == ["ckpt-000002.npz", "metrics.jsonl"], fetched  # its one checkpoint (--updates 2) and metrics
     assert {"pong-agent.npz", "metrics.jsonl.gz", "curve.png"} <= {p.name for p in agent.iterdir()}, list(
         agent.iterdir()
     )
