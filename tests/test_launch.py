@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import time
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -383,3 +384,44 @@ def test_an_error_make_run_does_not_expect_still_ends_in_ray_down(tmp_path, monk
     last = fields(only(out, "make_run status=")[0])
     assert words == ["up", "exec", "down"] and (last["status"], last["cluster"]) == ("ERROR", "down"), out + err
     assert "json.decoder.JSONDecodeError" in err and "a bug of make run; the cluster goes down all the same" in err
+
+
+class StandInJobs:
+    """pongtools.jobs.Cluster's stand-in for make run's follow stage: it asks what it is given, as Cluster does."""
+
+    client = None
+
+    def __init__(self, address):
+        self.address = address
+
+    def ask(self, request, job_id=None):
+        return request()
+
+    def info(self, job_id):
+        return job_id
+
+
+def test_make_runs_last_line_repeats_why_workers_never_came(tmp_path, monkeypatch, capsys):
+    """A job whose log says the autoscaler could not launch its workers (pgpong.launches' `workers` line, here the
+    log make run follows, as the head's Jobs API would stream it): make run shows it as it comes, and its last line
+    repeats how many workers joined, the type and EC2's reason. make run in this process (in_process) with the
+    follow stage's cluster a stand-in."""
+    from pgpong.launches import line
+
+    said = line(("ray.worker.default", "VcpuLimitExceeded", "You have requested more vCPU capacity.", 1), joined=0)
+    log = f"update=1 episodes=300\n{said}\nstopping signal=SIGTERM\n"
+
+    def follow(client, job_id, out):
+        out.write(log)
+        return "STOPPED"
+
+    words = in_process(monkeypatch, lambda *args: SimpleNamespace(id="pong-x", line=lambda: "submitted id=pong-x"))
+    monkeypatch.setattr(launch, "Cluster", StandInJobs)
+    monkeypatch.setattr(launch, "follow", follow)
+    monkeypatch.setattr(launch, "job_line", lambda info: f"job id={info} status=STOPPED")
+    assert launch.main(["--cluster", "cluster/aws.yaml", "--out", str(tmp_path / "out")]) == 1
+    out = capsys.readouterr().out
+    assert said in out.splitlines() and words == ["up", "exec", "down"], out
+    last = fields(only(out, "make_run status=")[0])
+    assert (last["status"], last["cluster"], last["workers_joined"]) == ("STOPPED", "down", "0"), out
+    assert (last["launch_failed"], last["reason"]) == ("ray.worker.default", "VcpuLimitExceeded"), out

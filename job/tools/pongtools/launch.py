@@ -38,7 +38,9 @@ autodown's last line, read through the tunnel), and the command that ends it. Th
 `make_run status=<the job's status> agent=<OUT/agent or -> cluster=down|up|down_failed seconds=<all of
 it>`, with `autodown=<what ends it>` where the cluster is left up: after_<N>_idle_minutes, refused or
 failed (autodown's `autodown refused ...`/`autodown failed ...` line: it will not go down by itself),
-none (no autodown), or unseen (the YAML starts one, but no line of it was read).
+none (no autodown), or unseen (the YAML starts one, but no line of it was read). Where the job's log said that the
+autoscaler could not launch workers (pgpong.launches' `workers` line, shown as it came), the last line repeats the
+last one's `workers_joined=N launch_failed=<type> reason=<EC2's code>`.
 """
 
 import dataclasses
@@ -98,11 +100,13 @@ def say(stage, **fields_):
 
 @dataclasses.dataclass(frozen=True)
 class Trained:
-    """What following a job to its end found: its final status and its trainer's start and done lines."""
+    """What following a job to its end found: its final status, its trainer's start and done lines and its last
+    `workers` line (pgpong.launches)."""
 
     status: str
     start: dict = dataclasses.field(default_factory=dict)
     done: dict = dataclasses.field(default_factory=dict)
+    workers: dict = dataclasses.field(default_factory=dict)
 
     @property
     def run_dir(self):
@@ -110,10 +114,10 @@ class Trained:
 
 
 class Lines:
-    """The job's log as it streams: written through to stdout, its trainer's start and done lines kept."""
+    """The job's log as it streams: written through to stdout, its trainer's start, done and last workers lines kept."""
 
     def __init__(self):
-        self.start, self.done, self.partial = {}, {}, ""
+        self.start, self.done, self.workers, self.partial = {}, {}, {}, ""
 
     def write(self, chunk):
         sys.stdout.write(chunk)
@@ -123,6 +127,8 @@ class Lines:
                 self.start = fields(line)
             elif line.startswith("done "):
                 self.done = fields(line)
+            elif line.startswith("workers "):
+                self.workers = fields(line)
 
     def flush(self):
         sys.stdout.flush()
@@ -239,7 +245,7 @@ class Launch:
         except UserError as error:
             print(f"logs: {error}", file=sys.stderr, flush=True)
             status = "UNKNOWN"
-        return Trained(status, lines.start, lines.done)
+        return Trained(status, lines.start, lines.done, lines.workers)
 
     def fetch(self, run_dir):
         """The run dir's files the agent needs, here in OUT/run; that folder, or the S3 run dir itself."""
@@ -333,12 +339,14 @@ class Launch:
         except Exception:  # a bug of ours (a KeyError, a JSONDecodeError): said, and the cluster still goes down
             traceback.print_exc()
             print("make_run: the error above is a bug of make run; the cluster goes down all the same", file=sys.stderr)
-            trained = Trained("ERROR", trained.start, trained.done)
+            trained = Trained("ERROR", trained.start, trained.done, trained.workers)
         cluster = self.down()
         left_up = {"autodown": self.autodown()[0]} if cluster != "down" else {}
         seconds = round(time.monotonic() - self.started, 1)
         say_end = dict(status=trained.status, job=self.job_id or "-", agent=agent or "-", cluster=cluster)
-        print(kv("make_run", **say_end, **left_up, seconds=seconds), flush=True)
+        w = trained.workers  # why it ran on fewer workers than it asked for
+        workers = dict(workers_joined=w["joined"], launch_failed=w["launch_failed"], reason=w["reason"]) if w else {}
+        print(kv("make_run", **say_end, **left_up, **workers, seconds=seconds), flush=True)
         return 0 if trained.status == "SUCCEEDED" and agent and cluster in ("down", "up") else 1
 
 
