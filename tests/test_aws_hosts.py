@@ -19,8 +19,9 @@ watcher), and again at a second `ray up` that changes nothing (test_the_backstop
 not at make run's `ray up --no-restart`, after which make run's re-arm (infra/rearm.py) moves it on every node;
 Docker's apt install is skipped (Docker is there already; the test says so, and
 test_the_apt_step_installs_docker_from_debian_as_a_non_root_sudoer runs that line on its own in a fresh
-container), usermod and the socket's ACL give ubuntu Docker, the token step finds ubuntu's uid 1000 and does
-nothing, and build-image.sh builds the image as ubuntu (from the cache `make image` filled here: the hosts reach
+container), the first-boot wait (infra/first-boot-wait.sh) waits for the head's apt and dpkg locks, which the test
+holds there as apt-daily does on a fresh node, and says how long, usermod and the socket's ACL give ubuntu Docker,
+the token step finds ubuntu's uid 1000 and does nothing, and build-image.sh builds the image as ubuntu (from the cache `make image` filled here: the hosts reach
 no registry, so it loads the slim base saved there where an AWS node builds it from debian:bookworm-slim). Then the YAML's docker options,
 head_start_ray_commands (autodown's line included) and worker_start_ray_commands (--num-cpus=18
 --object-manager-port=8076) run unchanged: each node declares 18 CPUs, Ray's bookkeeping, and the first job's
@@ -97,13 +98,14 @@ held = [open(lock, "r+") for lock in {APT_LOCKS!r}]
 for f in held:
     fcntl.lockf(f, fcntl.LOCK_EX)
 print("held", flush=True)
-def waiting():
+def waiting():  # a `bash .../first-boot-wait.sh` runs (this script, which names it too, does not count)
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if b"first-boot-wait.sh" in open(f"/proc/{{pid}}/cmdline", "rb").read():
-                return True
+            args = open(f"/proc/{{pid}}/cmdline", "rb").read().rstrip(b"\\0").split(b"\\0")
         except OSError:
-            pass
+            continue
+        if args[0] == b"bash" and args[-1].endswith(b"/first-boot-wait.sh"):
+            return True
 deadline = time.monotonic() + 1200
 while not waiting() and time.monotonic() < deadline:
     time.sleep(0.2)
