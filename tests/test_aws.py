@@ -33,6 +33,7 @@ import shlex
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -812,3 +813,48 @@ def test_a_size_without_aws_credentials_fails_in_one_line(aws, tmp_path):
         "variant: cannot ask EC2 in us-west-2 for the cores of c5.4xlarge (NoCredentialsError"
     )
     assert len(made.stderr.splitlines()) == 1 and not out.exists(), made.stderr
+
+
+def refuse_every_launch(monkeypatch, code, message):
+    """Make moto's RunInstances refuse every launch from now on with EC2's error code and message, as EC2 refuses
+    the workers of an account short of vCPU quota (VcpuLimitExceeded), of capacity or of rights."""
+    from moto.ec2.exceptions import EC2ClientError
+    from moto.ec2.models.instances import InstanceBackend
+
+    def run_instances(self, *args, **kwargs):
+        raise EC2ClientError(code, message)
+
+    monkeypatch.setattr(InstanceBackend, "run_instances", run_instances)
+
+
+def test_workers_ec2_refuses_are_a_line_in_the_jobs_log_with_ec2s_reason(aws, monkeypatch, tmp_path):
+    """`make up MIN_WORKERS=0`'s copy: the head launches, then EC2 refuses every worker for quota. The head's
+    autoscaler (Ray's launcher, provider and tracker, as autoscale_as_ray_does runs them) records the failure in the
+    report its monitor writes to the GCS; the trainer's watch (pgpong.launches) reads that report and writes one line
+    to the job's log: how many workers joined, the worker type, EC2's error code and message."""
+    from dataclasses import asdict
+
+    from pgpong.launches import Watch
+    from ray.autoscaler._private.autoscaler import AutoscalerSummary
+
+    path, _ = write_variant(tmp_path, "--min-workers", "0")
+    booted = bootstrapped(monkeypatch, path)
+    head, _ = launch_as_ray_does(booted)
+    assert set(head) == {"ray.head.default"}, head
+    quota = "You have requested more vCPU capacity than your current vCPU limit of 32 allows for the instance bucket"
+    refuse_every_launch(monkeypatch, "VcpuLimitExceeded", quota)
+    launched, tracker, calls = autoscale_as_ray_does(monkeypatch, booted, cpus=11 * 18, rounds=1)
+    assert launched == {} and calls, (launched, calls)
+    # What the head's monitor writes each round (monitor.py: autoscaler_report = asdict(autoscaler.summary())).
+    summary = AutoscalerSummary({}, {}, [], {}, [], node_availability_summary=tracker.summary())
+    status = json.loads(json.dumps({"autoscaler_report": asdict(summary)}))
+
+    said = []
+    with Watch(out=lambda text, flush: said.append(text), interval_s=0.1, read=lambda: status, joined=lambda: 0):
+        deadline = time.monotonic() + 10
+        while len(said) < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)  # more looks at the same report: no second line
+    assert len(said) == 1, said
+    assert said[0].startswith("workers joined=0 launch_failed=ray.worker.default reason=VcpuLimitExceeded "), said
+    assert fields(said[0])["message"] == quota, said

@@ -19,8 +19,9 @@ watcher), and again at a second `ray up` that changes nothing (test_the_backstop
 not at make run's `ray up --no-restart`, after which make run's re-arm (infra/rearm.py) moves it on every node;
 Docker's apt install is skipped (Docker is there already; the test says so, and
 test_the_apt_step_installs_docker_from_debian_as_a_non_root_sudoer runs that line on its own in a fresh
-container), usermod and the socket's ACL give ubuntu Docker, the token step finds ubuntu's uid 1000 and does
-nothing, and build-image.sh builds the image as ubuntu (from the cache `make image` filled here: the hosts reach
+container), the first-boot wait (infra/first-boot-wait.sh) waits for the head's apt and dpkg locks, which the test
+holds there as apt-daily does on a fresh node, and says how long, usermod and the socket's ACL give ubuntu Docker,
+the token step finds ubuntu's uid 1000 and does nothing, and build-image.sh builds the image as ubuntu (from the cache `make image` filled here: the hosts reach
 no registry, so it loads the slim base saved there where an AWS node builds it from debian:bookworm-slim). Then the YAML's docker options,
 head_start_ray_commands (autodown's line included) and worker_start_ray_commands (--num-cpus=18
 --object-manager-port=8076) run unchanged: each node declares 18 CPUs, Ray's bookkeeping, and the first job's
@@ -49,7 +50,7 @@ import pytest
 import yaml
 from autodown import fields as autodown_fields  # infra/autodown.py (pytest's pythonpath)
 from harness import REPO, VENV_BIN, clean_env, fields, pasted, printed_commands, run
-from harness.hosts import LOGIN_UID
+from harness.hosts import APT_LOCKS, LOGIN_UID
 from harness.launched import Launched, lan_of_hosts, lines_of, updates_of, wait_until
 from harness.launcher import clear, tail
 from ray.autoscaler.sdk import get_docker_host_mount_location
@@ -87,6 +88,29 @@ MAKE_RUNS_REARM = (
 # `make submit JOB=pong` as typed: the trainer's defaults, one actor per CPU (54 here), 60 updates of batch 300; its
 # first update comes some 4 minutes after it is submitted here (its actors' start, then 300 episodes).
 FIRST_UPDATE_TIMEOUT_S = 900
+# First boot: apt's and dpkg's locks held on the head (its own copies, harness.hosts) as apt-daily holds them on a
+# fresh node, by fcntl as apt takes them, from before `ray up` until HOLD_S after the YAML's wait
+# (infra/first-boot-wait.sh) has started; it prints how long it waited.
+HOLD_S = 20
+HOLD_AS_APT_DAILY = f"""
+import fcntl, os, sys, time
+held = [open(lock, "r+") for lock in {APT_LOCKS!r}]
+for f in held:
+    fcntl.lockf(f, fcntl.LOCK_EX)
+print("held", flush=True)
+def waiting():  # a `bash .../first-boot-wait.sh` runs (this script, which names it too, does not count)
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            args = open(f"/proc/{{pid}}/cmdline", "rb").read().rstrip(b"\\0").split(b"\\0")
+        except OSError:
+            continue
+        if args[0] == b"bash" and args[-1].endswith(b"/first-boot-wait.sh"):
+            return True
+deadline = time.monotonic() + 1200
+while not waiting() and time.monotonic() < deadline:
+    time.sleep(0.2)
+time.sleep({HOLD_S})
+"""
 # Run in the head's container: the CPUs the cluster declares, as Ray counts them.
 # Marked: the driver may print the autoscaler's events ("Resized to 54 CPUs.") after it.
 CLUSTER_CPUS = (
@@ -232,9 +256,21 @@ def test_aws_yaml_as_it_is_starts_three_nodes_as_ubuntu_trains_on_them_and_its_a
         assert groups.returncode == 0 and "docker" not in groups.stdout.split(), groups.stdout  # as on a fresh AMI
         assert on_host(host, "docker info").returncode != 0, "ubuntu may use Docker before the YAML gives it"
 
-    # `ray up` as the README says, from the laptop: the head, then its autoscaler starts the workers.
-    _, up_figures = cluster.bring_up(JOIN_TIMEOUT_S)
+    # `ray up` as the README says, from the laptop: the head, then its autoscaler starts the workers. apt-daily holds
+    # the head's apt and dpkg locks as its init commands start: they wait for them, and say how long.
+    holder = subprocess.Popen(
+        lan.hosts[0].command(["/usr/bin/python3", "-c", HOLD_AS_APT_DAILY]), stdout=subprocess.PIPE, text=True
+    )
+    assert holder.stdout.readline().strip() == "held"
+    try:
+        _, up_figures = cluster.bring_up(JOIN_TIMEOUT_S)
+    finally:
+        holder.kill()
     figures.update(up_figures)
+    (waited,) = [fields(x) for x in clear(cluster.log.read_text()).splitlines() if x.startswith("first_boot ")]
+    assert (waited["step"], waited["held_by"]) == ("apt_wait", "python3"), waited  # the holder's /proc/PID/comm
+    assert HOLD_S - 1 <= int(waited["waited_s"]) <= HOLD_S + 30, waited
+    figures["apt_wait_s"] = waited["waited_s"]
     cpus = cluster.head_exec(CLUSTER_CPUS)
     said = [word for word in cpus.stdout.split() if word.startswith("cluster_cpus=")]
     assert said == [f"cluster_cpus={18 * len(HOSTS)}"], cpus.stdout + cpus.stderr  # --num-cpus=18 each

@@ -123,3 +123,23 @@ def test_a_trainer_that_starts_replaces_a_killed_trainers_request(head, tmp_path
     seen = []
     out = stopped_after_line(trainer, "start ", then=lambda read: seen.append(shown_request(head, after=time.time())))
     assert seen == [" {'CPU': 1}: 2 from request_resources()"], out[-3000:]  # its own, not the killed one's 4
+
+
+def test_the_trainers_watch_reads_the_report_the_heads_monitor_writes(local_ray):
+    """pgpong.launches reads the report where Ray's monitor writes it on the head (the GCS's DEBUG_AUTOSCALING_STATUS,
+    as JSON): on the suite's head, without an autoscaler, a report of its load and no failure, so no `workers` line.
+    (A report with failures, from Ray's own launcher on moto: test_aws.py.)"""
+    from pgpong import launches
+
+    status = wait_until_reported(launches.read_status)
+    assert "load_metrics_report" in status and launches.failures(status) == [], status
+    said = []
+    assert launches.Watch(out=lambda text, flush: said.append(text)).look() == 0 and said == []
+
+
+def wait_until_reported(read, timeout_s=30):
+    """The monitor's first report (it writes one every few seconds once the head runs)."""
+    deadline = time.monotonic() + timeout_s
+    while not (status := read()) and time.monotonic() < deadline:
+        time.sleep(1)
+    return status

@@ -13,7 +13,7 @@ import re
 import socket
 
 import pytest
-from harness import clean_env, fields, run
+from harness import RAY, clean_env, fields, run
 
 MISTAKES = ["wrong token", "no token", "no cluster", "no cluster, no token", "unknown job"]
 CASES = [
@@ -158,3 +158,31 @@ def test_stop_job_stops_a_running_job_and_waits_until_it_has_ended(ray_cluster, 
     assert lines[0] == f"stop-job: asked job {job_id} to stop; waiting until it has ended", lines
     assert lines[-1].startswith(f"job id={job_id} status=STOPPED "), lines
     assert list((tmp_path / "run").glob("ckpt-*.npz")), "the trainer saved before it ended"
+
+
+@pytest.mark.slow  # a job of a second on the two-node cluster
+def test_status_shows_the_jobs_last_line_on_workers_the_autoscaler_could_not_launch(ray_cluster, tmp_path):
+    """A job whose log holds the trainer's `workers` lines (pgpong.launches: EC2 refused a launch): `make status`
+    shows the last one under the job's line, how many workers joined and the autoscaler's reason."""
+    from pgpong.launches import line
+
+    capacity = ("ray.worker.spot", "InsufficientInstanceCapacity", "We currently do not have sufficient capacity.", 1)
+    quota = ("ray.worker.default", "VcpuLimitExceeded", "You have requested more vCPU capacity than allowed.", 2)
+    said = [line(capacity, joined=1), line(quota, joined=0)]
+    env = ray_cluster.client_env(LAST_JOB_FILE=str(tmp_path / "last-job"))
+    job_id = "pong-workers-" + tmp_path.name[-12:]
+    submitted = run([RAY, "job", "submit", "--submission-id", job_id, "--", "printf", "%s\\n", *said], env)
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+
+    status = make("status", env, f"ID={job_id}")
+    assert status.returncode == 0, status.stdout + status.stderr
+    lines = status.stdout.splitlines()
+    assert len(lines) == 3 and lines[1].startswith(f"job id={job_id} status=SUCCEEDED "), lines
+    assert (
+        lines[2]
+        == said[1]
+        == (
+            'workers joined=0 launch_failed=ray.worker.default reason=VcpuLimitExceeded message="You have requested'
+            ' more vCPU capacity than allowed."'
+        )
+    ), lines

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import time
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -436,15 +437,13 @@ def test_one_jobs_api_client_per_launch(tmp_path, monkeypatch, capsys):
     """make run asks the cluster's Jobs API through one client (pongtools.client.JobsClient), made once: the one it
     submits with, follows the job with and reads the head's watcher through (here the job's end is unknown and
     nothing is fetched)."""
-    from types import SimpleNamespace
-
     used = []
 
     def submit(api, *args):
         used.append(api)
         return SimpleNamespace(id="pong-x", line=lambda: "submitted id=pong-x")
 
-    def follow(api, job_id):
+    def follow(api, job_id, out=None):
         used.append(api)
         raise launch.UserError("lost")
 
@@ -541,3 +540,30 @@ def test_a_relative_run_dir_is_refused_before_anything_is_launched(tmp_path):
         "Ray deletes; give an absolute path, ~/<folder> (on the head) or s3://<bucket>/<prefix>"
     ], made.stdout + made.stderr
     assert written(tmp_path) == []
+
+
+def test_make_runs_last_line_repeats_why_workers_never_came(tmp_path, monkeypatch, capsys):
+    """A job whose log says the autoscaler could not launch its workers (pgpong.launches' `workers` line, here the
+    log make run follows, as the head's Jobs API would stream it): make run shows it as it comes, and its last line
+    repeats how many workers joined, the type and EC2's reason. make run in this process (in_process) with the
+    Jobs API client a stand-in."""
+    from pgpong.launches import line
+
+    said = line(("ray.worker.default", "VcpuLimitExceeded", "You have requested more vCPU capacity.", 1), joined=0)
+    log = f"update=1 episodes=300\n{said}\nstopping signal=SIGTERM\n"
+
+    def follow(api, job_id, out):
+        out.write(log)
+        return "STOPPED"
+
+    words = in_process(monkeypatch, lambda *args: SimpleNamespace(id="pong-x", line=lambda: "submitted id=pong-x"))
+    monkeypatch.setattr(StandInClient, "follow", follow, raising=False)
+    monkeypatch.setattr(StandInClient, "info", lambda api, job_id: job_id, raising=False)
+    monkeypatch.setattr(launch.Launch, "fetch", lambda self: None)
+    monkeypatch.setattr(launch, "job_line", lambda info: f"job id={info} status=STOPPED")
+    assert launch.main(["--cluster", "cluster/aws.yaml", "--out", str(tmp_path / "out")]) == 1
+    out = capsys.readouterr().out
+    assert said in out.splitlines() and words == ["up", "exec", "down"], out
+    last = fields(only(out, "make_run status=")[0])
+    assert (last["status"], last["cluster"], last["workers_joined"]) == ("STOPPED", "down", "0"), out
+    assert (last["launch_failed"], last["reason"]) == ("ray.worker.default", "VcpuLimitExceeded"), out

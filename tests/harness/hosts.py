@@ -82,10 +82,13 @@ exec {sshd} -D -e -f {folder}/sshd_config
 
 
 # Where the host has a login user: /etc an overlay of this machine's, and /home a folder of its own.
+# And apt's and dpkg's lock files of its own, which a test may hold there as apt-daily holds them on a fresh node
+# (the rest of /var/lib/apt and /var/lib/dpkg is this machine's; nothing on a host runs apt).
 LOGIN_MOUNTS = """\
 mount -t overlay pong-{name}-etc -o lowerdir=/etc,upperdir={folder}/etc-upper,workdir={folder}/etc-work /etc
 mount --bind {folder}/homes /home
-"""
+{apt_locks}"""
+APT_LOCKS = ("/var/lib/apt/lists/lock", "/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock")
 LOGIN_UID = 1000  # ubuntu's on Canonical's AMIs, and the uid of Ray's image user
 # The groups cloud-init gives ubuntu on Canonical's AMIs, as far as this machine has them; never docker.
 LOGIN_GROUPS = ("adm", "cdrom", "sudo", "dip", "lxd")
@@ -228,7 +231,9 @@ class Lan:
             sshd=SSHD,
             docker_gb=DOCKER_GB,
             home=pwd.getpwuid(os.getuid()).pw_dir,  # the login's home (sshd's), not the test's $HOME,
-            login=LOGIN_MOUNTS.format(name=host.name, folder=folder) if self.login_user else "",
+            login=LOGIN_MOUNTS.format(name=host.name, folder=folder, apt_locks=apt_locks(folder))
+            if self.login_user
+            else "",
         )
         host.log = open(folder / "sshd.log", "w")
         host.process = subprocess.Popen(
@@ -283,6 +288,8 @@ class Lan:
         sudoers = upper / "sudoers.d" / "90-cloud-init-users"
         sudoers.write_text(f"{user} ALL=(ALL) NOPASSWD:ALL\n")
         sudoers.chmod(0o440)
+        for lock in APT_LOCKS:
+            (folder / lock_copy(lock)).touch(mode=0o640)
         home = folder / "homes" / user
         shutil.copytree("/etc/skel", home)
         for path in [home, *home.rglob("*")]:
@@ -335,6 +342,16 @@ class Lan:
         existing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30).stdout
         left += [name for name in [h.netns for h in self.hosts] + [self.netns] if name in existing]
         return left
+
+
+def lock_copy(lock):
+    """The name of a host's own copy of one of apt's lock files, in its folder."""
+    return "apt" + lock.replace("/", "-")
+
+
+def apt_locks(folder):
+    """The mounts that give a host its own apt and dpkg lock files."""
+    return "".join(f"mount --bind {folder / lock_copy(lock)} {lock}\n" for lock in APT_LOCKS)
 
 
 def read_comm(pid):

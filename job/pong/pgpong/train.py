@@ -295,9 +295,10 @@ def train(cfg, given, stop):
                 flush=True,
             )
             return None
-        from . import capacity
+        from . import capacity, launches
 
-        with capacity.asked_for(capacity_wanted(cfg)):  # an autoscaling cluster starts the nodes for it
+        # An autoscaling cluster starts the nodes for it; a launch that fails is a `workers` line (launches.py).
+        with capacity.asked_for(capacity_wanted(cfg)), launches.watched():
             try:
                 pool = start_pool(cfg, stop)
             except Stopped as e:  # ray job stop while the actors wait for CPUs: nothing was played, nothing to save

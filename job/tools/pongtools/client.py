@@ -164,8 +164,9 @@ def autodown_line(client, head_id=None):
     return lines[-1] if lines else None
 
 
-def follow(client, job_id, out=sys.stdout):
-    """Print the job's logs until it ends; return its final status name."""
+def follow(client, job_id, out=None):
+    """Print the job's logs (to out, default stdout) until it ends; return its final status name."""
+    out = out or sys.stdout
 
     async def tail():
         async for chunk in client.tail_job_logs(job_id):
@@ -223,7 +224,7 @@ class JobsClient:
             self.reached = self.ask(lambda: reached(self.client))
         return self.reached
 
-    def follow(self, job_id, out=sys.stdout):
+    def follow(self, job_id, out=None):
         """The job's logs to out until it ends; its final status name."""
         return self.ask(lambda: follow(self.client, job_id, out), job_id)
 

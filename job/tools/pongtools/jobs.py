@@ -58,10 +58,21 @@ def logs(cluster, job_id):
     print(job_line(cluster.info(job_id)), flush=True)
 
 
+def workers_line(cluster, job_id):
+    """The job's last `workers` line, or None: its trainer's word on workers the autoscaler could not launch (how many
+    joined, the worker type, the autoscaler's reason; pgpong.launches)."""
+    text = cluster.ask(lambda: cluster.client.get_job_logs(job_id), job_id)
+    said = [line for line in text.splitlines() if line.startswith("workers ")]
+    return said[-1] if said else None
+
+
 def status(cluster, job_id):
     info = cluster.info(job_id)
     print(cluster.line())
     print(job_line(info, message=True))
+    workers = workers_line(cluster, job_id)
+    if workers:  # why the job runs on fewer nodes than it asked for
+        print(workers)
     watcher = cluster.autodown_line()
     if watcher:  # what the head's watcher said last: a cap, a refused teardown (make local-up runs none)
         print(watcher)

@@ -46,7 +46,9 @@ answer, or a second Ctrl-C takes it all down, as a cluster left by mistake bills
 `make_run status=<the job's status> agent=<OUT/agent or -> cluster=down|up|down_failed seconds=<all of
 it>`, with `autodown=<what ends it>` where the cluster is left up: after_<N>_idle_minutes, refused or
 failed (autodown's `autodown refused ...`/`autodown failed ...` line: it will not go down by itself),
-none (no autodown), or unseen (the YAML starts one, but no line of it was read).
+none (no autodown), or unseen (the YAML starts one, but no line of it was read). Where the job's log said that the
+autoscaler could not launch workers (pgpong.launches' `workers` line, shown as it came), the last line repeats the
+last one's `workers_joined=N launch_failed=<type> reason=<EC2's code>`.
 """
 
 import enum
@@ -88,6 +90,24 @@ class Stage(enum.Enum):
 
 def say(stage, **fields_):
     print(kv("make_run", step=stage.value, **fields_), flush=True)
+
+
+class WorkersLine:
+    """The job's log as it streams: written through to stdout, its last `workers` line kept (pgpong.launches: the
+    autoscaler could not launch workers), for make run's last line. Nothing else of the log is read."""
+
+    def __init__(self):
+        self.workers, self.partial = {}, ""
+
+    def write(self, chunk):
+        sys.stdout.write(chunk)
+        *whole, self.partial = (self.partial + chunk).split("\n")
+        for line in whole:
+            if line.startswith("workers "):
+                self.workers = fields(line)
+
+    def flush(self):
+        sys.stdout.flush()
 
 
 def autodown_state(line, minutes):
@@ -162,6 +182,7 @@ class Launch:
         self.watcher = None  # autodown's last line, as last read through the tunnel
         self.api = None  # the one Jobs API client of this launch, while the tunnel is open
         self.job_id = None  # once submitted
+        self.workers = {}  # the job's last `workers` line: why it ran on fewer workers than it asked for
 
     def enter(self, stage, **fields_):
         self.stage = stage
@@ -202,12 +223,14 @@ class Launch:
         self.job_id = submitted.id
         self.read_watcher()
         self.enter(Stage.FOLLOW, job=self.job_id)
+        log = WorkersLine()
         try:  # as `make logs`: the job's lines to its end, then its status line
-            status = self.api.follow(self.job_id)
+            status = self.api.follow(self.job_id, out=log)
             print(job_line(self.api.info(self.job_id)), flush=True)
         except UserError as error:
             print(f"logs: {error}", file=sys.stderr, flush=True)
             status = "UNKNOWN"
+        self.workers = log.workers
         self.read_watcher()
         return status
 
@@ -321,7 +344,11 @@ class Launch:
             left_up = {"autodown": self.autodown()[0]} if cluster != "down" else {}
             seconds = round(time.monotonic() - self.started, 1)
             say_end = dict(status=status, job=self.job_id or "-", agent=agent or "-", cluster=cluster)
-            print(kv("make_run", **say_end, **left_up, seconds=seconds), flush=True)
+            w = self.workers  # why it ran on fewer workers than it asked for
+            workers = (
+                dict(workers_joined=w["joined"], launch_failed=w["launch_failed"], reason=w["reason"]) if w else {}
+            )
+            print(kv("make_run", **say_end, **left_up, **workers, seconds=seconds), flush=True)
         if status == "INTERRUPTED":
             return cli.INTERRUPTED
         return 0 if status == "SUCCEEDED" and agent and cluster in ("down", "up") else 1
