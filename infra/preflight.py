@@ -10,7 +10,8 @@ AWS, with read-only calls, whether `ray up` can get what the YAML asks for:
     credentials       the AWS identity boto3 finds (aws configure, AWS_PROFILE, ...)
     region            provider.region exists and is enabled for the account
     instance-type     each node type's instance type: its vCPUs and physical cores
-    zones             provider.availability_zone are zones of the region offering the type
+    zones             provider.availability_zone are zones of the region offering the type; offered= names
+                      every zone of the region where it runs (EC2 DescribeInstanceTypeOfferings)
     image             the AMI each node type boots: an ImageId of resolve:ssm:<parameter>
                       read from SSM as EC2 reads it at launch; its name, creation date
                       and Ubuntu version
@@ -61,6 +62,7 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 from pgpong import cli  # the one CLI helper: one-line mistakes, exit 2 (installed by make setup)
 from pgpong.cli import UserError
 from pgpong.logline import kv  # the one key=value formatter
+from pongtools.prices import beside_instance  # what a node bills beside its instance: make plan counts it too
 
 # Hourly on-demand prices, with their source: the file `make plan` reads too.
 PRICES = Path(__file__).with_name("prices.yaml")
@@ -265,7 +267,7 @@ def check_zones(report, ec2, region, zones_text, plan):
                 not_offered=",".join(missing),
             )
         else:
-            report.ok("zones", instance_type=instance_type, zones=",".join(wanted))
+            report.ok("zones", instance_type=instance_type, zones=",".join(wanted), offered=",".join(offered))
 
 
 # An ImageId of this form names an SSM parameter that holds an AMI ID; EC2's RunInstances
@@ -669,21 +671,6 @@ def check_spot_prices(report, ec2, zones_text, plan):
                 report.warn("spot-price", reason, instance_type=instance_type, zone=zone, usd_per_hour="unknown")
         highest[instance_type] = max(((usd, zone) for zone, (usd, _) in prices.items()), default=None)
     return highest
-
-
-def beside_instance(node_config, region, prices):
-    """(volumes, public IPv4) in USD an hour of one node beside its instance, from infra/prices.yaml: each EBS
-    volume of its BlockDeviceMappings by its VolumeSize and VolumeType (the AMI's own root, without one, is not
-    counted), its public address; None for a volume of a type or region the file has no price for."""
-    per_gb_month = prices["usd_per_gb_month"].get(region, {})
-    volumes = 0.0
-    for mapping in node_config.get("BlockDeviceMappings", []):
-        ebs = mapping.get("Ebs") or {}
-        price = per_gb_month.get(ebs.get("VolumeType", "gp2"))  # EC2's default type
-        if price is None or "VolumeSize" not in ebs:
-            return None
-        volumes += ebs["VolumeSize"] * price / prices["hours_per_month"]
-    return volumes, prices["usd_per_public_ipv4_hour"]
 
 
 def check_cost(report, plan, region, spot_prices):
