@@ -28,6 +28,8 @@ AWS, with read-only calls, whether `ray up` can get what the YAML asks for:
     key-pair          a KeyName, if the YAML names one, exists; its private key is here
     instance-profile  each IamInstanceProfile named exists, and its role holds the statements
                       `make iam` gives it (infra/iam/; bucket rights aside); Ray's own role if none
+    laptop-policy     your identity may do what infra/iam/laptop-policy.json allows, as IAM's policy
+                      simulator says (SimulatePrincipalPolicy); "not checked" where it does not answer
     spot-price        for spot nodes only: the spot price of the instance type now, in each
                       zone (EC2 DescribeSpotPriceHistory); "unknown" where EC2 gives none
     cost              the hourly price of every node at the YAML's largest size: on demand
@@ -49,6 +51,7 @@ zone's spot price is a line of its own; docs/aws.md, Spot workers, shows the lin
 import contextlib
 import datetime
 import io
+import json
 import logging
 import os
 import re
@@ -59,6 +62,7 @@ import iam as iam_setup  # infra/iam.py, beside this file: the policies `make ia
 import yaml
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+from botocore.parsers import ResponseParserError
 from pgpong import cli  # the one CLI helper: one-line mistakes, exit 2 (installed by make setup)
 from pgpong.cli import UserError
 from pgpong.logline import kv  # the one key=value formatter
@@ -623,6 +627,60 @@ def check_instance_profiles(report, session, config, path):
             report.ok("instance-profile", **fields, statements=len(statements) if statements else "unchecked")
 
 
+# The laptop user's own rights: what make iam, preflight, ray up, make image-push and make leftovers call.
+LAPTOP_POLICY = Path(__file__).parent / "iam" / "laptop-policy.json"
+
+
+def principal_arn(caller_arn):
+    """The IAM ARN the policy simulator takes for the caller STS names: a user's as is, an assumed role's as its
+    role's (arn:aws:sts::A:assumed-role/R/session -> arn:aws:iam::A:role/R); None for the root user."""
+    found = re.match(r"^arn:(aws[a-z-]*):sts::(\d+):assumed-role/([^/]+)/", caller_arn)
+    if found:
+        return f"arn:{found.group(1)}:iam::{found.group(2)}:role/{found.group(3)}"
+    return None if caller_arn.endswith(":root") else caller_arn
+
+
+def check_laptop_policy(report, session):
+    """Whether your identity holds infra/iam/laptop-policy.json's actions, as IAM's policy simulator
+    (SimulatePrincipalPolicy) evaluates your policies on each statement's resources; "not checked" where it
+    does not answer (no iam:SimulatePrincipalPolicy, the root user, a stand-in that lacks it)."""
+    wanted = json.loads(LAPTOP_POLICY.read_text())["Statement"]
+    caller = session.client("sts", config=AWS_CALLS).get_caller_identity()["Arn"]
+    principal = principal_arn(caller)
+    fields = dict(policy="infra/iam/laptop-policy.json", identity=caller)
+    if principal is None:
+        report.skip("laptop-policy", "not checked: the account's root user may do everything (use an IAM identity)")
+        return
+    iam = session.client("iam", config=AWS_CALLS)
+    denied = []
+    try:
+        for statement in wanted:
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+            asked = {} if resources == ["*"] else {"ResourceArns": resources}
+            results = iam.simulate_principal_policy(PolicySourceArn=principal, ActionNames=actions, **asked)
+            denied += sorted(
+                {r["EvalActionName"] for r in results["EvaluationResults"] if r["EvalDecision"] != "allowed"}
+            )
+    except (ClientError, BotoCoreError, ResponseParserError) as error:  # the last: an answer that is no AWS answer
+        said = aws_message(error) if isinstance(error, ClientError) else error.__class__.__name__
+        report.skip("laptop-policy", f"not checked: IAM's policy simulator did not answer ({said})")
+        return
+    if denied:
+        report.warn(
+            "laptop-policy",
+            f"attach infra/iam/laptop-policy.json to {principal} (docs/aws.md#your-own-rights), or have these done",
+            **fields,
+            denied=",".join(denied),
+        )
+    else:
+        report.ok(
+            "laptop-policy",
+            **fields,
+            actions=sum(len(s["Action"]) if isinstance(s["Action"], list) else 1 for s in wanted),
+        )
+
+
 # The spot prices of Linux instances (Ubuntu's); EC2 lists them under this product.
 SPOT_PRODUCT = "Linux/UNIX"
 
@@ -743,6 +801,7 @@ def run_checks(report, config, path, full=None):
     print(kv("preflight", cluster=path, region=region, nodes=sum(count for _, _, count, _ in plan)), flush=True)
     session = boto3.session.Session(region_name=region, **config["provider"].get("aws_credentials", {}))
     later = ["instance-type", "zones", "image", "quota", "size", "quota-request", "key-pair", "instance-profile"]
+    later.append("laptop-policy")
     if any(market_name == "spot" for _, _, _, market_name in plan):
         later.append("spot-price")
     spot_prices = {}
@@ -795,6 +854,7 @@ def run_checks(report, config, path, full=None):
                     report.skip(check, "instance-type failed")
             guarded(report, "key-pair", check_key_pair, report, ec2, config, region)
             guarded(report, "instance-profile", check_instance_profiles, report, session, config, path)
+            guarded(report, "laptop-policy", check_laptop_policy, report, session)
             spot_prices = guarded(report, "spot-price", check_spot_prices, report, ec2, zones, plan) or {}
     check_cost(report, plan, region, spot_prices)
 
