@@ -25,6 +25,8 @@ AWS, with read-only calls, whether `ray up` can get what the YAML asks for:
     quota-request     the Service Quotas request for the full cluster (--full, the YAML's own
                       size: 11 x c5.9xlarge = 396 on-demand vCPUs, and with spot 360 spot ones),
                       as the `aws service-quotas request-service-quota-increase` command
+    cluster-name      no instance tagged ray-cluster-name=<cluster_name> runs in the region yet: Ray and autodown
+                      tell clusters apart by that name alone (a warning: `make up` updates a cluster that runs)
     key-pair          a KeyName, if the YAML names one, exists; its private key is here
     instance-profile  each IamInstanceProfile named exists, and its role holds the statements
                       `make iam` gives it (infra/iam/; bucket rights aside); Ray's own role if none
@@ -569,6 +571,29 @@ def check_key_pair(report, ec2, config, region):
             report.ok("key-pair", key_name=name, private_key=private_key)
 
 
+def check_cluster_name(report, ec2, config, region):
+    """Whether a cluster of this cluster_name already runs in the region: Ray's launcher and autodown find a
+    cluster's nodes by their tag ray-cluster-name alone, so `make up` of a second one would act on the first."""
+    name = config["cluster_name"]
+    filters = [
+        {"Name": "tag:ray-cluster-name", "Values": [name]},
+        {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]},
+    ]
+    pages = ec2.get_paginator("describe_instances").paginate(Filters=filters)
+    found = [i["InstanceId"] for page in pages for r in page["Reservations"] for i in r["Instances"]]
+    if not found:
+        report.ok("cluster-name", cluster=name, region=region, running=0)
+        return
+    report.warn(
+        "cluster-name",
+        f"a cluster named {name} already runs in {region}: `make up` would update it, and its autodown and ray down"
+        " act on every node of that name; if it is not this one, `make down` it first or use another REGION",
+        cluster=name,
+        region=region,
+        running=len(found),
+    )
+
+
 def instance_profile(iam, name):
     """The instance profile of that name, or None."""
     try:
@@ -801,6 +826,7 @@ def run_checks(report, config, path, full=None):
     print(kv("preflight", cluster=path, region=region, nodes=sum(count for _, _, count, _ in plan)), flush=True)
     session = boto3.session.Session(region_name=region, **config["provider"].get("aws_credentials", {}))
     later = ["instance-type", "zones", "image", "quota", "size", "quota-request", "key-pair", "instance-profile"]
+    later[later.index("key-pair") : later.index("key-pair")] = ["cluster-name"]
     later.append("laptop-policy")
     if any(market_name == "spot" for _, _, _, market_name in plan):
         later.append("spot-price")
@@ -852,6 +878,7 @@ def run_checks(report, config, path, full=None):
             else:
                 for check in ("quota", "size", "quota-request"):
                     report.skip(check, "instance-type failed")
+            guarded(report, "cluster-name", check_cluster_name, report, ec2, config, region)
             guarded(report, "key-pair", check_key_pair, report, ec2, config, region)
             guarded(report, "instance-profile", check_instance_profiles, report, session, config, path)
             guarded(report, "laptop-policy", check_laptop_policy, report, session)

@@ -954,3 +954,19 @@ def test_the_laptop_policy_names_real_actions_and_preflight_says_moto_does_not_c
     assert principal("arn:aws:iam::123456789012:user/alice") == "arn:aws:iam::123456789012:user/alice"
     assert principal("arn:aws:sts::123456789012:assumed-role/Admin/alice") == "arn:aws:iam::123456789012:role/Admin"
     assert principal("arn:aws:iam::123456789012:root") is None
+
+
+def test_preflight_warns_that_a_cluster_of_its_name_already_runs_in_the_region(aws):
+    """Ray's launcher and autodown tell clusters apart by the tag ray-cluster-name alone: preflight says when one of
+    cluster/aws.yaml's name (pong) already runs in the region, before a second `make up` acts on it."""
+    result = preflight(aws.env)
+    (line,) = checks(result)["cluster-name"]
+    assert (line["status"], line["cluster"], line["running"]) == ("ok", "pong", "0"), line
+    tags = [{"ResourceType": "instance", "Tags": [{"Key": "ray-cluster-name", "Value": "pong"}]}]
+    boto("ec2").run_instances(ImageId=UBUNTU_AMI, MinCount=1, MaxCount=1, TagSpecifications=tags)
+    boto("ec2").run_instances(ImageId=UBUNTU_AMI, MinCount=1, MaxCount=1)  # another's: not counted
+    result = preflight(aws.env)
+    assert result.returncode == 0, result.stdout + result.stderr  # a warning: `make up` also updates a cluster
+    (line,) = checks(result)["cluster-name"]
+    assert (line["status"], line["region"], line["running"]) == ("warn", REGION, "1"), line
+    assert "already runs in us-west-2" in line["reason"] and "`make down` it first" in line["reason"], line
