@@ -19,7 +19,10 @@ CLUSTER ?= cluster/aws.yaml
 # node whose Ray never comes up ends 40 minutes after its boot.
 # NODES=N TYPE=T (on the command line): N nodes of EC2 instance type T, CPUs from EC2's physical cores
 # (NODES alone keeps the type, TYPE alone the count; `make preflight` names the largest size your quota allows).
+# REGION=R: the AWS region of up, run, down, dashboard, preflight, iam, plan, leftovers (empty: CLUSTER's provider.region,
+# us-west-2 for cluster/aws.yaml), in R's zones that offer the instance types, as EC2 says (docs/aws.md#preflight).
 # Any of them launches a copy of CLUSTER that cluster/variant.py writes into VARIANT_DIR.
+REGION ?=
 SPOT ?= 0
 TYPE ?=
 MIN_WORKERS ?=
@@ -37,6 +40,8 @@ IMAGE := $(shell sed -n 's/^IMAGE=\([0-9]*\.dkr\.ecr\.[^/]*\/.*\)/\1/p' $(PUSHED
 endif
 # `make image-push`: the registry (host:port[/path]) to push the built image to.
 REGISTRY ?=
+# `make leftovers`: CONFIRM=1 removes what it lists (0 or 1, nothing else).
+CONFIRM ?= 0
 # `make iam BUCKET=<name>`: the S3 bucket of the runs (--run-dir s3://<name>/...), which the head's role may use.
 BUCKET ?=
 VARIANT_DIR ?= .cache/cluster
@@ -123,7 +128,10 @@ JOBS = $(notdir $(patsubst %/,%,$(dir $(patsubst %/,%,$(dir $(wildcard job/*/*/t
 # `make plan`'s; a TYPE in the shell's environment is not taken without a word).
 SIZE_NODES = $(if $(filter command line,$(origin NODES)),$(NODES))
 SIZE_TYPE = $(if $(filter command line,$(origin TYPE)),$(TYPE))
-LAUNCH = $(if $(filter-out 0,$(SPOT))$(MIN_WORKERS)$(AUTODOWN)$(MAX_NODE_HOURS)$(IMAGE)$(SIZE_NODES)$(SIZE_TYPE),$(VARIANT_DIR)/$(basename $(notdir $(CLUSTER)))-spot$(SPOT)$(if $(MIN_WORKERS),-min$(MIN_WORKERS))$(if $(AUTODOWN),-autodown$(AUTODOWN))$(if $(MAX_NODE_HOURS),-hours$(MAX_NODE_HOURS))$(if $(IMAGE),-pull)$(if $(SIZE_NODES),-n$(SIZE_NODES))$(if $(SIZE_TYPE),-$(SIZE_TYPE)).yaml,$(CLUSTER))
+LAUNCH = $(if $(filter-out 0,$(SPOT))$(MIN_WORKERS)$(AUTODOWN)$(MAX_NODE_HOURS)$(IMAGE)$(SIZE_NODES)$(SIZE_TYPE)$(REGION),$(VARIANT_DIR)/$(basename $(notdir $(CLUSTER)))-spot$(SPOT)$(if $(MIN_WORKERS),-min$(MIN_WORKERS))$(if $(AUTODOWN),-autodown$(AUTODOWN))$(if $(MAX_NODE_HOURS),-hours$(MAX_NODE_HOURS))$(if $(IMAGE),-pull)$(if $(SIZE_NODES),-n$(SIZE_NODES))$(if $(SIZE_TYPE),-$(SIZE_TYPE))$(if $(REGION),-$(REGION)).yaml,$(CLUSTER))
+# The cluster of down, dashboard and iam: CLUSTER, or with REGION its copy moved to that region alone (ray down and
+# ray dashboard find the cluster by its name and region, make iam scopes the roles' policies to the region).
+REGIONAL = $(if $(REGION),$(VARIANT_DIR)/$(basename $(notdir $(CLUSTER)))-$(REGION).yaml,$(CLUSTER))
 # How every tool target runs its tool, $(PONGTOOLS).<tool>: a module of the tools package job/tools/pongtools
 # (never shipped), which imports the job's package pgpong (job/pong); both installed by `make setup`.
 PONGTOOLS = python -m pongtools
@@ -146,7 +154,11 @@ endef
 # Checks CLUSTER and the choices (a mistake: one line, exit 2, nothing written), writes the launched copy if
 # any choice asks for one, and prints variant's line: what is launched, its autodown and backstop.
 define write-variant
-$(BIN)/python cluster/variant.py "$(CLUSTER)" --spot "$(SPOT)" $(if $(MIN_WORKERS),--min-workers "$(MIN_WORKERS)") $(if $(AUTODOWN),--autodown "$(AUTODOWN)") $(if $(MAX_NODE_HOURS),--max-node-hours "$(MAX_NODE_HOURS)") $(if $(IMAGE),--image "$(IMAGE)") $(if $(SIZE_NODES),--nodes "$(SIZE_NODES)") $(if $(SIZE_TYPE),--instance-type "$(SIZE_TYPE)") $(if $(filter-out $(CLUSTER),$(LAUNCH)),--out "$(LAUNCH)")
+$(write-regional) && $(BIN)/python cluster/variant.py "$(CLUSTER)" --spot "$(SPOT)" $(if $(MIN_WORKERS),--min-workers "$(MIN_WORKERS)") $(if $(AUTODOWN),--autodown "$(AUTODOWN)") $(if $(MAX_NODE_HOURS),--max-node-hours "$(MAX_NODE_HOURS)") $(if $(IMAGE),--image "$(IMAGE)") $(if $(SIZE_NODES),--nodes "$(SIZE_NODES)") $(if $(SIZE_TYPE),--instance-type "$(SIZE_TYPE)") $(if $(REGION),--region "$(REGION)") $(if $(filter-out $(CLUSTER),$(LAUNCH)),--out "$(LAUNCH)")
+endef
+# With REGION, writes REGIONAL (quietly: write-variant's line says the region); a mistake is one line, exit 2.
+define write-regional
+$(if $(REGION),$(BIN)/python cluster/variant.py "$(CLUSTER)" --region "$(REGION)" --out "$(REGIONAL)" >/dev/null,true)
 endef
 define say-image
 echo "image path=$(if $(IMAGE),pull image=$(IMAGE) from=$(if $(filter file,$(origin IMAGE)),$(PUSHED_IMAGE_FILE),IMAGE),build image=$(shell sed -n 's/^IMAGE=//p' infra/image.env) on=every_node)"
@@ -168,7 +180,7 @@ define make-token
 (umask 077 && $(BIN)/ray get-auth-token --generate >/dev/null) && echo "token: ~/.ray/auth_token (keep it secret: it opens the cluster's Jobs API)"
 endef
 # `make run`'s command line for pong-run (pongtools.launch), which checks it all (--check) before anything is written.
-LAUNCH_ARGS = --down-cluster $(CLUSTER) --job $(JOB) $(if $(OUT),--out "$(OUT)") --keep "$(KEEP)" \
+LAUNCH_ARGS = --down-cluster $(REGIONAL) --job $(JOB) $(if $(OUT),--out "$(OUT)") --keep "$(KEEP)" \
   $(if $(MAX_HOURS),--max-hours "$(MAX_HOURS)")
 define need-job
 if [[ -z "$(PACKAGE)" ]]; then \
@@ -271,7 +283,7 @@ up: $(INSTALLED) ## Launch or update the cluster: make token, then ray up -y CLU
 	@$(say-image)
 	@$(make-token)
 	@echo "ray up -y $(LAUNCH)"
-	@ray up -y $(LAUNCH) || $(PONGTOOLS).up_failed "$(LAUNCH)" --down-cluster "$(CLUSTER)"
+	@ray up -y $(LAUNCH) || $(PONGTOOLS).up_failed "$(LAUNCH)" --down-cluster "$(REGIONAL)"
 
 .PHONY: run
 run: $(TOOLS) ## Up, submit JOB with ARGS (MAX_HOURS: its cap), follow, fetch the run, ship its agent into OUT, down (KEEP=1: stay up)
@@ -288,12 +300,14 @@ run: $(TOOLS) ## Up, submit JOB with ARGS (MAX_HOURS: its cap), follow, fetch th
 .PHONY: dashboard
 dashboard: $(INSTALLED) ## Forward the cluster's dashboard to 127.0.0.1:8265 (keep it running)
 	@$(need-cluster-file)
-	ray dashboard $(CLUSTER)
+	@$(write-regional)
+	ray dashboard $(REGIONAL)
 
 .PHONY: down
 down: $(INSTALLED) ## Tear the cluster down: ray down -y CLUSTER
 	@$(need-cluster-file)
-	ray down -y $(CLUSTER)
+	@$(write-regional)
+	ray down -y $(REGIONAL)
 
 ##@ Image and cloud account (infra/)
 
@@ -308,7 +322,16 @@ image-push: ## Push the built image (linux/amd64 only) to REGISTRY (host:port[/p
 .PHONY: iam
 iam: $(INSTALLED) ## Make or find the head's and workers' IAM roles and instance profiles CLUSTER names (BUCKET=: S3 run bucket)
 	@$(need-cluster-file)
-	@$(BIN)/python infra/iam.py $(CLUSTER) $(if $(BUCKET),--bucket "$(BUCKET)")
+	@$(write-regional)
+	@$(BIN)/python infra/iam.py $(REGIONAL) $(if $(BUCKET),--bucket "$(BUCKET)")
+
+.PHONY: leftovers
+leftovers: $(INSTALLED) ## List what make iam, ray up and make image-push leave in AWS: roles, profiles, key pair, security group, ECR repository (CONFIRM=1: remove)
+	@$(need-cluster-file)
+	@if [[ "$(CONFIRM)" != 0 && "$(CONFIRM)" != 1 ]]; then echo "make: CONFIRM=$(CONFIRM) is neither 0 (list) nor 1 (remove)" >&2; exit 2; fi
+	@$(write-regional)
+	@$(BIN)/python infra/leftovers.py "$(REGIONAL)" $(if $(filter 1,$(CONFIRM)),--confirm) \
+	  --remove-with "make leftovers CONFIRM=1$(if $(filter-out cluster/aws.yaml,$(CLUSTER)), CLUSTER=$(CLUSTER))$(if $(REGION), REGION=$(REGION))"
 
 .PHONY: preflight
 preflight: $(INSTALLED) ## Check CLUSTER (SPOT, MIN_WORKERS as for up) against your AWS account: credentials, quota, zones, AMI, key pair, cost
@@ -370,7 +393,7 @@ bench: $(INSTALLED) ## Benchmark the trainer against the bare emulator and the t
 
 .PHONY: plan
 plan: $(INSTALLED) ## Project NODES x CPUS at BATCH: seconds per update, $ an hour, hours and $ to a win and from up to down
-	@$(PONGTOOLS).plan project --nodes $(NODES) --cpus $(CPUS) --batch-size $(BATCH) --cluster $(CLUSTER) $(if $(SIZE_TYPE),--instance-type "$(SIZE_TYPE)") $(ARGS)
+	@$(PONGTOOLS).plan project --nodes $(NODES) --cpus $(CPUS) --batch-size $(BATCH) --cluster $(CLUSTER) $(if $(REGION),--region "$(REGION)") $(if $(SIZE_TYPE),--instance-type "$(SIZE_TYPE)") $(ARGS)
 
 .PHONY: plan-inputs
 plan-inputs: $(INSTALLED) ## Rebuild the plan's inputs: episode lengths from RUN's metrics (and FRESH's first update), milestones of the MILESTONES runs

@@ -1,5 +1,5 @@
 """Writes the copy of a cluster YAML that `make up` and `make preflight` launch for SPOT=1, MIN_WORKERS=N, AUTODOWN=N,
-MAX_NODE_HOURS, IMAGE, NODES=N or TYPE=T.
+MAX_NODE_HOURS, IMAGE, NODES=N, TYPE=T or REGION=R.
 
     make up SPOT=1                  # spot workers, falling back type by type, then to on demand; the head on demand
     make up MIN_WORKERS=0           # the head alone at first; the autoscaler adds workers when asked
@@ -9,6 +9,7 @@ MAX_NODE_HOURS, IMAGE, NODES=N or TYPE=T.
     make up IMAGE=127.0.0.1:5000/pong-on-ray:ray2.60.0-py311   # every node pulls the image `make image-push` pushed
     make up NODES=2 TYPE=c5.4xlarge # 2 nodes of 8 cores (EC2's DefaultCores of c5.4xlarge): fits 32 vCPUs
     make preflight SPOT=1           # checks the same copy: spot quota, spot price in each zone
+    make up REGION=us-east-1        # in us-east-1, in its zones that offer the instance types (EC2 says which)
     .venv/bin/python cluster/variant.py cluster/aws.yaml --spot 1 --out /tmp/aws-spot.yaml
     .venv/bin/python cluster/variant.py cluster/aws.yaml   # no --out: checks it, writes nothing
 
@@ -27,11 +28,14 @@ left out), resources.CPU and --num-cpus at T's physical cores as EC2 describes t
 the watcher that enforces job caps only and never tears down. --max-node-hours H sets the hours of the
 backstop step of initialization_commands (infra/backstop.sh; aws.yaml's is 4; local.yaml has none) and the
 UserData of every node type that says them; the step's first-boot minutes (aws.yaml's 40) stay as they are.
---image NAME (with_image) makes every node pull NAME instead of building the image. Alone, each
+--image NAME (with_image) makes every node pull NAME instead of building the image. --region R (with_region,
+with_zones) sets provider.region to R and provider.availability_zone to R's zones that offer every instance type
+the copy launches (EC2 DescribeInstanceTypeOfferings); the image parameter (resolve:ssm:, read by EC2 in the
+node's region) and Ray's key pair and security group (per region) follow it. Alone, each
 leaves the worker counts as they are, so --autodown and --image fit cluster/local.yaml too, which has
 no worker types. Prints one line, `variant cluster=... out=... node_type=... market=... min_workers=N
 max_workers=M autodown_minutes=N|caps_only|off max_node_hours=H|none image=...` (nodes, instance_type and
-cpus_per_node when NODES or TYPE size it; node_type to max_workers only for a YAML of worker types or when SPOT or
+cpus_per_node when NODES or TYPE size it; region and zones for REGION; node_type to max_workers only for a YAML of worker types or when SPOT or
 MIN_WORKERS change them; node_type lists the types that may have workers in the order they are tried); without --out
 it writes nothing and out is the cluster file itself, which `make up` then launches as it is. A
 mistake, in the flags or in the cluster file, is one line and exit 2, and nothing is written; EC2 out of
@@ -362,6 +366,73 @@ class AwsError(Exception):
     """EC2 could not be asked (no credentials, no network, a refusal): a failure, exit 1."""
 
 
+# An AWS region's name: us-east-1, eu-central-2, ap-southeast-4, us-gov-west-1.
+REGION_NAME = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
+
+
+def with_region(config, region):
+    """A copy of an AWS cluster config in `region` (REGION): provider.region, its zones left for
+    with_zones to fill once the instance types are known. ValueError says what is wrong."""
+    if (config.get("provider") or {}).get("type") != "aws":
+        raise ValueError(
+            f"is no AWS cluster (provider type {(config.get('provider') or {}).get('type')}): REGION moves AWS clusters only"
+        )
+    if not REGION_NAME.match(region):
+        raise TypeMistake(f"REGION={region} is no AWS region's name (e.g. us-east-1, eu-west-1)")
+    config = copy.deepcopy(config)
+    config["provider"] = {**config["provider"], "region": region}
+    config["provider"].pop("availability_zone", None)
+    return config
+
+
+def launched_types(config):
+    """The instance types a cluster config may launch: the head's, and each worker type's that may have workers."""
+    head = config.get("head_node_type")
+    return sorted(
+        {
+            t["node_config"]["InstanceType"]
+            for name, t in config.get("available_node_types", {}).items()
+            if name == head or t.get("max_workers", 0)
+        }
+    )
+
+
+def offering_zones(region, instance_types, client=None):
+    """The zones of region, sorted, that offer every one of instance_types (EC2 DescribeInstanceTypeOfferings with
+    LocationType availability-zone: where each type runs). botocore's errors are for the caller."""
+    import boto3
+
+    ec2 = client or boto3.client("ec2", region_name=region)
+    zones = None
+    for instance_type in instance_types:
+        pages = ec2.get_paginator("describe_instance_type_offerings").paginate(
+            LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": [instance_type]}]
+        )
+        found = {o["Location"] for page in pages for o in page["InstanceTypeOfferings"]}
+        zones = found if zones is None else zones & found
+    return sorted(zones or ())
+
+
+def with_zones(config):
+    """A copy of a with_region config whose provider.availability_zone is every zone of its region that offers all
+    the instance types it launches, in name order (the order Ray tries them). EC2 out of reach: AwsError."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    region, types = config["provider"]["region"], launched_types(config)
+    try:
+        zones = offering_zones(region, types)
+    except (BotoCoreError, ClientError) as error:  # no credentials, no network, a refusal
+        raise AwsError(
+            f"cannot ask EC2 in {region} for the zones of {','.join(types)} ({error.__class__.__name__}: {error});"
+            " check your AWS credentials, as for `make preflight`"
+        ) from None
+    if not zones:
+        raise TypeMistake(f"no zone of {region} offers {' and '.join(types)}; pick another REGION (or TYPE)")
+    config = copy.deepcopy(config)
+    config["provider"]["availability_zone"] = ",".join(zones)
+    return config
+
+
 def with_size(config, nodes, instance_type):
     """sized() with the cores EC2 gives for TYPE's instance types; (config, the fields of the line that says so)."""
     from botocore.exceptions import BotoCoreError, ClientError
@@ -406,12 +477,18 @@ def main(argv=None):
     p.add_argument("--image", help="REGISTRY/name:tag that every node pulls instead of building the image (IMAGE)")
     p.add_argument("--nodes", type=at_least(1), help="nodes in all, the head included (NODES; default: the YAML's)")
     p.add_argument("--instance-type", help="the EC2 instance type of every node, e.g. c5.4xlarge (TYPE)")
+    p.add_argument(
+        "--region",
+        help="the AWS region to launch in (REGION), with its zones that offer the instance types (default: the YAML's)",
+    )
     p.add_argument("--out", help="the YAML to write (none: check the cluster file, write nothing)")
     a = p.parse_args(argv)
     size = {}
     try:
         config = read_cluster(a.cluster)
         made, node_type = config, None
+        if a.region:  # first: TYPE's cores are asked of EC2 in the region launched
+            made = with_region(made, a.region)
         if a.nodes is not None or a.instance_type:
             made, size = with_size(made, a.nodes, a.instance_type)
         # A YAML of node types (aws.yaml) always names its worker type; one without (local.yaml: a
@@ -424,6 +501,8 @@ def main(argv=None):
             made = with_max_node_hours(made, a.max_node_hours)
         if a.image:
             made = with_image(made, a.image)
+        if a.region:  # last: the zones that offer every instance type launched
+            made = with_zones(made)
     except (OSError, yaml.YAMLError, AttributeError, UnicodeDecodeError) as error:
         raise UserError(
             f"cannot read the cluster config {a.cluster} ({error.__class__.__name__}); pass CLUSTER=<file.yaml>"
@@ -451,8 +530,9 @@ def write(made, a):
         f"{'' if a.max_node_hours is None else f' --max-node-hours {a.max_node_hours:g}'}"
         f"{f' --image {a.image}' if a.image else ''}"
         f"{'' if a.nodes is None else f' --nodes {a.nodes}'}"
-        f"{f' --instance-type {a.instance_type}' if a.instance_type else ''}): its size, worker counts, autodown,"
-        " backstop and image are the only\n"
+        f"{f' --instance-type {a.instance_type}' if a.instance_type else ''}"
+        f"{f' --region {a.region}' if a.region else ''}): its size, worker counts, autodown,"
+        " backstop, image, region and zones are the only\n"
         f"# possible differences. Do not edit: `make up` writes it again; the comments are in {a.cluster}.\n"
     )
     out.write_text(header + yaml.dump(made, Dumper=Expanded, sort_keys=False, width=120))
@@ -476,6 +556,11 @@ def report(made, node_type, size, a):
             "variant",
             cluster=a.cluster,
             out=a.out or a.cluster,
+            **(
+                {"region": made["provider"]["region"], "zones": made["provider"]["availability_zone"]}
+                if a.region
+                else {}
+            ),
             **size,
             **workers,
             autodown_minutes=autodown,

@@ -10,7 +10,8 @@ AWS, with read-only calls, whether `ray up` can get what the YAML asks for:
     credentials       the AWS identity boto3 finds (aws configure, AWS_PROFILE, ...)
     region            provider.region exists and is enabled for the account
     instance-type     each node type's instance type: its vCPUs and physical cores
-    zones             provider.availability_zone are zones of the region offering the type
+    zones             provider.availability_zone are zones of the region offering the type; offered= names
+                      every zone of the region where it runs (EC2 DescribeInstanceTypeOfferings)
     image             the AMI each node type boots: an ImageId of resolve:ssm:<parameter>
                       read from SSM as EC2 reads it at launch; its name, creation date
                       and Ubuntu version
@@ -24,9 +25,13 @@ AWS, with read-only calls, whether `ray up` can get what the YAML asks for:
     quota-request     the Service Quotas request for the full cluster (--full, the YAML's own
                       size: 11 x c5.9xlarge = 396 on-demand vCPUs, and with spot 360 spot ones),
                       as the `aws service-quotas request-service-quota-increase` command
+    cluster-name      no instance tagged ray-cluster-name=<cluster_name> runs in the region yet: Ray and autodown
+                      tell clusters apart by that name alone (a warning: `make up` updates a cluster that runs)
     key-pair          a KeyName, if the YAML names one, exists; its private key is here
     instance-profile  each IamInstanceProfile named exists, and its role holds the statements
                       `make iam` gives it (infra/iam/; bucket rights aside); Ray's own role if none
+    laptop-policy     your identity may do what infra/iam/laptop-policy.json allows, as IAM's policy
+                      simulator says (SimulatePrincipalPolicy); "not checked" where it does not answer
     spot-price        for spot nodes only: the spot price of the instance type now, in each
                       zone (EC2 DescribeSpotPriceHistory); "unknown" where EC2 gives none
     cost              the hourly price of every node at the YAML's largest size: on demand
@@ -48,6 +53,7 @@ zone's spot price is a line of its own; docs/aws.md, Spot workers, shows the lin
 import contextlib
 import datetime
 import io
+import json
 import logging
 import os
 import re
@@ -58,9 +64,11 @@ import iam as iam_setup  # infra/iam.py, beside this file: the policies `make ia
 import yaml
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+from botocore.parsers import ResponseParserError
 from pgpong import cli  # the one CLI helper: one-line mistakes, exit 2 (installed by make setup)
 from pgpong.cli import UserError
 from pgpong.logline import kv  # the one key=value formatter
+from pongtools.prices import beside_instance  # what a node bills beside its instance: make plan counts it too
 
 # Hourly on-demand prices, with their source: the file `make plan` reads too.
 PRICES = Path(__file__).with_name("prices.yaml")
@@ -265,7 +273,7 @@ def check_zones(report, ec2, region, zones_text, plan):
                 not_offered=",".join(missing),
             )
         else:
-            report.ok("zones", instance_type=instance_type, zones=",".join(wanted))
+            report.ok("zones", instance_type=instance_type, zones=",".join(wanted), offered=",".join(offered))
 
 
 # An ImageId of this form names an SSM parameter that holds an AMI ID; EC2's RunInstances
@@ -563,6 +571,29 @@ def check_key_pair(report, ec2, config, region):
             report.ok("key-pair", key_name=name, private_key=private_key)
 
 
+def check_cluster_name(report, ec2, config, region):
+    """Whether a cluster of this cluster_name already runs in the region: Ray's launcher and autodown find a
+    cluster's nodes by their tag ray-cluster-name alone, so `make up` of a second one would act on the first."""
+    name = config["cluster_name"]
+    filters = [
+        {"Name": "tag:ray-cluster-name", "Values": [name]},
+        {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]},
+    ]
+    pages = ec2.get_paginator("describe_instances").paginate(Filters=filters)
+    found = [i["InstanceId"] for page in pages for r in page["Reservations"] for i in r["Instances"]]
+    if not found:
+        report.ok("cluster-name", cluster=name, region=region, running=0)
+        return
+    report.warn(
+        "cluster-name",
+        f"a cluster named {name} already runs in {region}: `make up` would update it, and its autodown and ray down"
+        " act on every node of that name; if it is not this one, `make down` it first or use another REGION",
+        cluster=name,
+        region=region,
+        running=len(found),
+    )
+
+
 def instance_profile(iam, name):
     """The instance profile of that name, or None."""
     try:
@@ -621,6 +652,60 @@ def check_instance_profiles(report, session, config, path):
             report.ok("instance-profile", **fields, statements=len(statements) if statements else "unchecked")
 
 
+# The laptop user's own rights: what make iam, preflight, ray up, make image-push and make leftovers call.
+LAPTOP_POLICY = Path(__file__).parent / "iam" / "laptop-policy.json"
+
+
+def principal_arn(caller_arn):
+    """The IAM ARN the policy simulator takes for the caller STS names: a user's as is, an assumed role's as its
+    role's (arn:aws:sts::A:assumed-role/R/session -> arn:aws:iam::A:role/R); None for the root user."""
+    found = re.match(r"^arn:(aws[a-z-]*):sts::(\d+):assumed-role/([^/]+)/", caller_arn)
+    if found:
+        return f"arn:{found.group(1)}:iam::{found.group(2)}:role/{found.group(3)}"
+    return None if caller_arn.endswith(":root") else caller_arn
+
+
+def check_laptop_policy(report, session):
+    """Whether your identity holds infra/iam/laptop-policy.json's actions, as IAM's policy simulator
+    (SimulatePrincipalPolicy) evaluates your policies on each statement's resources; "not checked" where it
+    does not answer (no iam:SimulatePrincipalPolicy, the root user, a stand-in that lacks it)."""
+    wanted = json.loads(LAPTOP_POLICY.read_text())["Statement"]
+    caller = session.client("sts", config=AWS_CALLS).get_caller_identity()["Arn"]
+    principal = principal_arn(caller)
+    fields = dict(policy="infra/iam/laptop-policy.json", identity=caller)
+    if principal is None:
+        report.skip("laptop-policy", "not checked: the account's root user may do everything (use an IAM identity)")
+        return
+    iam = session.client("iam", config=AWS_CALLS)
+    denied = []
+    try:
+        for statement in wanted:
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+            asked = {} if resources == ["*"] else {"ResourceArns": resources}
+            results = iam.simulate_principal_policy(PolicySourceArn=principal, ActionNames=actions, **asked)
+            denied += sorted(
+                {r["EvalActionName"] for r in results["EvaluationResults"] if r["EvalDecision"] != "allowed"}
+            )
+    except (ClientError, BotoCoreError, ResponseParserError) as error:  # the last: an answer that is no AWS answer
+        said = aws_message(error) if isinstance(error, ClientError) else error.__class__.__name__
+        report.skip("laptop-policy", f"not checked: IAM's policy simulator did not answer ({said})")
+        return
+    if denied:
+        report.warn(
+            "laptop-policy",
+            f"attach infra/iam/laptop-policy.json to {principal} (docs/aws.md#your-own-rights), or have these done",
+            **fields,
+            denied=",".join(denied),
+        )
+    else:
+        report.ok(
+            "laptop-policy",
+            **fields,
+            actions=sum(len(s["Action"]) if isinstance(s["Action"], list) else 1 for s in wanted),
+        )
+
+
 # The spot prices of Linux instances (Ubuntu's); EC2 lists them under this product.
 SPOT_PRODUCT = "Linux/UNIX"
 
@@ -669,21 +754,6 @@ def check_spot_prices(report, ec2, zones_text, plan):
                 report.warn("spot-price", reason, instance_type=instance_type, zone=zone, usd_per_hour="unknown")
         highest[instance_type] = max(((usd, zone) for zone, (usd, _) in prices.items()), default=None)
     return highest
-
-
-def beside_instance(node_config, region, prices):
-    """(volumes, public IPv4) in USD an hour of one node beside its instance, from infra/prices.yaml: each EBS
-    volume of its BlockDeviceMappings by its VolumeSize and VolumeType (the AMI's own root, without one, is not
-    counted), its public address; None for a volume of a type or region the file has no price for."""
-    per_gb_month = prices["usd_per_gb_month"].get(region, {})
-    volumes = 0.0
-    for mapping in node_config.get("BlockDeviceMappings", []):
-        ebs = mapping.get("Ebs") or {}
-        price = per_gb_month.get(ebs.get("VolumeType", "gp2"))  # EC2's default type
-        if price is None or "VolumeSize" not in ebs:
-            return None
-        volumes += ebs["VolumeSize"] * price / prices["hours_per_month"]
-    return volumes, prices["usd_per_public_ipv4_hour"]
 
 
 def check_cost(report, plan, region, spot_prices):
@@ -756,6 +826,8 @@ def run_checks(report, config, path, full=None):
     print(kv("preflight", cluster=path, region=region, nodes=sum(count for _, _, count, _ in plan)), flush=True)
     session = boto3.session.Session(region_name=region, **config["provider"].get("aws_credentials", {}))
     later = ["instance-type", "zones", "image", "quota", "size", "quota-request", "key-pair", "instance-profile"]
+    later[later.index("key-pair") : later.index("key-pair")] = ["cluster-name"]
+    later.append("laptop-policy")
     if any(market_name == "spot" for _, _, _, market_name in plan):
         later.append("spot-price")
     spot_prices = {}
@@ -806,8 +878,10 @@ def run_checks(report, config, path, full=None):
             else:
                 for check in ("quota", "size", "quota-request"):
                     report.skip(check, "instance-type failed")
+            guarded(report, "cluster-name", check_cluster_name, report, ec2, config, region)
             guarded(report, "key-pair", check_key_pair, report, ec2, config, region)
             guarded(report, "instance-profile", check_instance_profiles, report, session, config, path)
+            guarded(report, "laptop-policy", check_laptop_policy, report, session)
             spot_prices = guarded(report, "spot-price", check_spot_prices, report, ec2, zones, plan) or {}
     check_cost(report, plan, region, spot_prices)
 

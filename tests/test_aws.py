@@ -49,8 +49,10 @@ from harness.aws import (
     UBUNTU_AMI,
     UBUNTU_NAME,
     image_parameter,
+    infra,
     laptop_token,
     make_iam,
+    publish_image_parameter,
     serve_ec2_quota,
 )
 
@@ -858,3 +860,159 @@ def test_workers_ec2_refuses_are_a_line_in_the_jobs_log_with_ec2s_reason(aws, mo
     assert len(said) == 1, said
     assert said[0].startswith("workers joined=0 launch_failed=ray.worker.default reason=VcpuLimitExceeded "), said
     assert fields(said[0])["message"] == quota, said
+
+
+def test_one_region_variable_moves_the_zones_the_image_iam_preflight_and_the_price(aws_account, monkeypatch, tmp_path):
+    """`REGION=us-east-1` on make's command line, as a user whose quota was raised there types it: `make iam` scopes
+    the head's policy to us-east-1, `make preflight` checks the copy `make up` launches there, in the zones of
+    us-east-1 that offer c5.9xlarge (moto, as EC2, has none in us-east-1e), with Canonical's image parameter and Ray's
+    key pair of that region; `make plan` prices it there, and says so of a region infra/prices.yaml lacks."""
+    east = "us-east-1"
+    publish_image_parameter(image_parameter(), UBUNTU_AMI, region=east)  # Canonical publishes it in every region
+    serve_ec2_quota(monkeypatch, 432)
+    env, variants = clean_env(), f"VARIANT_DIR={tmp_path / 'variant'}"
+    made = run(["make", "iam", f"REGION={east}", variants], env, timeout=180)
+    assert made.returncode == 0, made.stdout + made.stderr
+    head = boto("iam").get_role_policy(RoleName="pong-ray-head", PolicyName="pong-ray-head-policy")["PolicyDocument"]
+    launch = [s for s in head["Statement"] if s["Sid"] == "LaunchClusterInstances"]
+    assert [s["Resource"] for s in launch] == ["arn:aws:ec2:us-east-1:123456789012:instance/*"], head
+
+    made = make_preflight(tmp_path, f"REGION={east}")
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert f"preflight cluster={tmp_path / 'variant' / 'aws-spot0-us-east-1.yaml'} region={east} " in made.stdout
+    found = checks(made)
+    zones = "us-east-1a,us-east-1b,us-east-1c,us-east-1d,us-east-1f"  # where c5.9xlarge runs in moto's us-east-1
+    assert [(z["zones"], z["offered"]) for z in found["zones"]] == [(zones, zones)], found["zones"]
+    (image,) = found["image"]
+    assert (image["status"], image["ami"], image["parameter"]) == ("ok", UBUNTU_AMI, image_parameter()), image
+    assert found["key-pair"][0]["key_name"] == "ray-autoscaler_us-east-1"
+    assert found["cost"][0]["status"] == "ok", found["cost"]  # infra/prices.yaml has us-east-1
+    launched = yaml.safe_load((tmp_path / "variant" / "aws-spot0-us-east-1.yaml").read_text())
+    assert (launched["provider"]["region"], launched["provider"]["availability_zone"]) == (east, zones)
+
+    planned = run(["make", "plan", f"REGION={east}"], env, timeout=180)
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    [price] = [fields(line) for line in planned.stdout.splitlines() if line.startswith("dollars_per_hour=")]
+    assert (price["region"], price["instance_usd_per_hour"]) == (east, "1.53"), price
+    planned = run(["make", "plan", "REGION=eu-west-1"], env, timeout=180)
+    assert planned.returncode == 2 and planned.stdout == "", planned.stdout + planned.stderr  # one line, and make's
+    assert "has no price for c5.9xlarge in eu-west-1, only in us-east-1, us-east-2, us-west-2" in planned.stderr
+
+
+@pytest.mark.parametrize(
+    "region, message",
+    [
+        ("east", "error: REGION=east is no AWS region's name (e.g. us-east-1, eu-west-1)"),
+        ("us-east-1", "error: cluster/local.yaml is no AWS cluster (provider type local)"),
+    ],
+)
+def test_a_region_that_is_no_aws_region_is_one_line_and_nothing_written(aws, tmp_path, region, message):
+    cluster = "cluster/local.yaml" if region == "us-east-1" else str(AWS_YAML)
+    out = tmp_path / "copy.yaml"
+    made = run([sys.executable, str(VARIANT), cluster, "--region", region, "--out", str(out)], clean_env(), timeout=60)
+    assert (made.returncode, made.stdout) == (2, ""), made.stdout + made.stderr
+    assert message in made.stderr and len(made.stderr.splitlines()) == 1, made.stderr
+    assert not out.exists()
+
+
+def leftovers(*variables):
+    """`make leftovers` with these make variables, as a user types it, against moto: (result, {kind: [fields]})."""
+    made = run(["make", "leftovers", *variables], clean_env(), timeout=180)
+    assert "Traceback" not in made.stdout + made.stderr, made.stdout + made.stderr
+    found = {}
+    for line in made.stdout.splitlines():
+        if line.startswith("leftover "):
+            found.setdefault(fields(line)["kind"], []).append(fields(line))
+    return made, found
+
+
+def test_make_leftovers_lists_what_the_account_keeps_and_removes_it_only_when_confirmed(aws, monkeypatch):
+    """After `make iam` (the aws fixture), `ray up`'s bootstrap (its key pair and security group) and the ECR
+    repository of docs/aws.md's recipe: `make leftovers` lists each and removes nothing; CONFIRM=1 removes nothing
+    while an instance of the cluster is up, and everything once it is gone; a CONFIRM of neither 0 nor 1 is one line."""
+    bootstrapped(monkeypatch, AWS_YAML)
+    boto("ecr").create_repository(repositoryName="pong-on-ray")
+    key = aws.home / ".ssh" / f"ray-autoscaler_{REGION}.pem"
+    assert key.exists()
+    made, found = leftovers()
+    assert made.returncode == 0, made.stdout + made.stderr
+    listed = {(kind, f["name"], f["status"]) for kind, lines in found.items() for f in lines}
+    assert listed == {
+        ("instance-profile", "pong-ray-head", "found"),
+        ("instance-profile", "pong-ray-worker", "found"),
+        ("role", "pong-ray-head", "found"),
+        ("role", "pong-ray-worker", "found"),
+        ("key-pair", f"ray-autoscaler_{REGION}", "found"),
+        ("security-group", "ray-autoscaler-pong", "found"),
+        ("ecr-repository", "pong-on-ray", "found"),
+    }, made.stdout
+    summary = fields(made.stdout.splitlines()[-1])
+    assert (summary["found"], summary["removed"], summary["remove_with"]) == ("7", "0", "make leftovers CONFIRM=1")
+    assert found["key-pair"][0]["private_key"] == f"~/.ssh/ray-autoscaler_{REGION}.pem"
+    assert len(boto("iam").list_roles()["Roles"]) == 2 and key.exists()  # listed, not removed
+
+    ec2 = boto("ec2")
+    tags = [{"ResourceType": "instance", "Tags": [{"Key": "ray-cluster-name", "Value": "pong"}]}]
+    (instance,) = ec2.run_instances(ImageId=UBUNTU_AMI, MinCount=1, MaxCount=1, TagSpecifications=tags)["Instances"]
+    made, found = leftovers("CONFIRM=1")
+    assert made.returncode != 0 and "run `make down` first" in made.stderr, made.stdout + made.stderr
+    assert not found and len(boto("iam").list_roles()["Roles"]) == 2
+
+    ec2.terminate_instances(InstanceIds=[instance["InstanceId"]])
+    made, found = leftovers("CONFIRM=1")
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert {f["status"] for lines in found.values() for f in lines} == {"removed"}, made.stdout
+    assert fields(made.stdout.splitlines()[-1])["removed"] == "7"
+    iam = boto("iam")
+    assert iam.list_roles()["Roles"] == [] and iam.list_instance_profiles()["InstanceProfiles"] == []
+    assert f"ray-autoscaler_{REGION}" not in {k["KeyName"] for k in ec2.describe_key_pairs()["KeyPairs"]}
+    assert not key.exists()
+    groups = ec2.describe_security_groups(Filters=[{"Name": "group-name", "Values": ["ray-autoscaler-pong"]}])
+    assert groups["SecurityGroups"] == [] and boto("ecr").describe_repositories()["repositories"] == []
+    made, found = leftovers()
+    assert made.returncode == 0 and not found and fields(made.stdout.splitlines()[-1])["found"] == "0"
+
+    made, _ = leftovers("CONFIRM=yes")
+    assert made.returncode == 2 and made.stderr.splitlines()[0].endswith("is neither 0 (list) nor 1 (remove)")
+
+
+def test_the_laptop_policy_names_real_actions_and_preflight_says_moto_does_not_check_it(aws):
+    """infra/iam/laptop-policy.json, the user's own rights: each action is an operation of its service's model
+    as botocore has it; preflight asks IAM's policy simulator for it, which moto lacks: "not checked", not a pass."""
+    import botocore.session
+
+    services = {"ec2": "ec2", "iam": "iam", "servicequotas": "service-quotas", "ssm": "ssm", "ecr": "ecr"}
+    models = botocore.session.get_session()
+    policy = json.loads((REPO / "infra" / "iam" / "laptop-policy.json").read_text())
+    for statement in policy["Statement"]:
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        for action in actions:
+            prefix, name = action.split(":")
+            if action == "iam:PassRole":  # a permission with no API call of its own: RunInstances checks it
+                continue
+            assert name in models.get_service_model(services[prefix]).operation_names, action
+    result = preflight(aws.env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (line,) = checks(result)["laptop-policy"]
+    assert line["status"] == "skip" and line["reason"].startswith("not checked: IAM's policy simulator"), line
+
+    principal = infra("preflight").principal_arn
+    assert principal("arn:aws:iam::123456789012:user/alice") == "arn:aws:iam::123456789012:user/alice"
+    assert principal("arn:aws:sts::123456789012:assumed-role/Admin/alice") == "arn:aws:iam::123456789012:role/Admin"
+    assert principal("arn:aws:iam::123456789012:root") is None
+
+
+def test_preflight_warns_that_a_cluster_of_its_name_already_runs_in_the_region(aws):
+    """Ray's launcher and autodown tell clusters apart by the tag ray-cluster-name alone: preflight says when one of
+    cluster/aws.yaml's name (pong) already runs in the region, before a second `make up` acts on it."""
+    result = preflight(aws.env)
+    (line,) = checks(result)["cluster-name"]
+    assert (line["status"], line["cluster"], line["running"]) == ("ok", "pong", "0"), line
+    tags = [{"ResourceType": "instance", "Tags": [{"Key": "ray-cluster-name", "Value": "pong"}]}]
+    boto("ec2").run_instances(ImageId=UBUNTU_AMI, MinCount=1, MaxCount=1, TagSpecifications=tags)
+    boto("ec2").run_instances(ImageId=UBUNTU_AMI, MinCount=1, MaxCount=1)  # another's: not counted
+    result = preflight(aws.env)
+    assert result.returncode == 0, result.stdout + result.stderr  # a warning: `make up` also updates a cluster
+    (line,) = checks(result)["cluster-name"]
+    assert (line["status"], line["region"], line["running"]) == ("warn", REGION, "1"), line
+    assert "already runs in us-west-2" in line["reason"] and "`make down` it first" in line["reason"], line

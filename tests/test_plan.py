@@ -24,6 +24,15 @@ TOLERANCE = 0.15
 WIN_RUN = REPO / "job" / "tools" / "runs" / "win-b50-lr0.002"  # an exported run: metrics.jsonl.gz, one checkpoint
 
 
+def beside_a_node():
+    """(volumes, IPv4) in USD an hour of a node of cluster/aws.yaml beside its instance, from infra/prices.yaml's
+    figures by hand: its 140 GB gp3 volume, its public IPv4 address (what `make preflight` counts too)."""
+    with open(REPO / "infra" / "prices.yaml") as f:
+        prices = yaml.safe_load(f)
+    gp3 = prices["usd_per_gb_month"]["us-west-2"]["gp3"]
+    return 140 * gp3 / prices["hours_per_month"], prices["usd_per_public_ipv4_hour"]
+
+
 # -- the dispatch simulation on cases with a known answer ----------------------------
 
 
@@ -166,9 +175,16 @@ def test_plan_prints_each_answer_with_its_inputs(tmp_path):
     assert per_update["episode_lengths_source"] == found["learning"]["run"]
     seconds = float(per_update["seconds_per_update"])
     assert float(lines["episodes_per_hour"]["episodes_per_hour"]) == pytest.approx(300 * 3600 / seconds, rel=1e-3)
-    usd = prices["usd_per_hour"]["us-west-2"]["c5.9xlarge"]
+    instance, (volumes, ipv4) = prices["usd_per_hour"]["us-west-2"]["c5.9xlarge"], beside_a_node()
+    usd = instance + volumes + ipv4  # each node bills its volume and public IPv4 address beside its instance
     dollars = lines["dollars_per_hour"]
-    assert float(dollars["dollars_per_hour"]) == pytest.approx(11 * usd)
+    assert float(dollars["dollars_per_hour"]) == pytest.approx(11 * usd, rel=1e-3)
+    assert (
+        float(dollars["usd_per_node_hour"]) == pytest.approx(usd, rel=1e-3)
+        and float(dollars["instance_usd_per_hour"]) == instance
+    )
+    assert float(dollars["volumes_usd_per_node_hour"]) == pytest.approx(volumes, rel=1e-3)
+    assert float(dollars["ipv4_usd_per_node_hour"]) == ipv4
     assert dollars["instance_type"] == "c5.9xlarge" and dollars["region"] == "us-west-2"
     assert dollars["price_source"] == prices["source"]
     win = lines["hours_to_win"]
@@ -190,7 +206,8 @@ def test_plan_prints_each_answer_with_its_inputs(tmp_path):
 
 def test_plan_prints_dollars_to_a_win_at_the_spot_price_with_what_interruptions_cost():
     with open(REPO / "infra" / "prices.yaml") as f:
-        on_demand = yaml.safe_load(f)["usd_per_hour"]["us-west-2"]["c5.9xlarge"]  # the head, and the yaml's price
+        on_demand = yaml.safe_load(f)["usd_per_hour"]["us-west-2"]["c5.9xlarge"] + sum(beside_a_node())  # the head
+    spot_node = 0.5 + sum(beside_a_node())  # a spot worker bills its volume and address as an on-demand one does
     small = ("project", "--nodes", "3", "--cpus", "2", "--batch-size", "10", "--samples", "5")
     proc = run_plan(*small, "--spot-usd-per-node-hour", "0.5", "--interruptions-per-node-hour", "2")
     assert proc.returncode == 0, proc.stderr
@@ -204,18 +221,21 @@ def test_plan_prints_dollars_to_a_win_at_the_spot_price_with_what_interruptions_
     fewer, more = float(hit["seconds_per_update_one_node_less"]), float(hit["seconds_per_update"])
     assert start == pytest.approx(model.NODE_START_S * (1 - more / fewer), rel=1e-2, abs=1e-3)
     spot = lines["spot"]
-    assert float(spot["dollars_per_hour"]) == pytest.approx(on_demand + 2 * 0.5) and spot["spot_nodes"] == "2"
+    assert (
+        float(spot["dollars_per_hour"]) == pytest.approx(on_demand + 2 * spot_node, rel=1e-3)
+        and spot["spot_nodes"] == "2"
+    )
     win = lines["dollars_to_win_spot"]
     hours = float(lines["hours_to_win"]["hours_to_win"])
     assert float(win["hours_to_win"]) == pytest.approx(hours, rel=1e-3)
     spot_hours = hours / (1 - 2 * 2 * seconds / 3600)
     assert float(win["hours_to_win_spot"]) == pytest.approx(spot_hours, rel=1e-2)
     assert float(win["interruptions"]) == pytest.approx(2 * 2 * spot_hours, rel=1e-2)
-    assert float(win["dollars_to_win_spot"]) == pytest.approx(spot_hours * (on_demand + 1.0), rel=1e-2)
+    assert float(win["dollars_to_win_spot"]) == pytest.approx(spot_hours * (on_demand + 2 * spot_node), rel=1e-2)
     assert float(win["dollars_to_win_on_demand"]) == pytest.approx(float(lines["dollars_to_win"]["dollars_to_win"]))
     for m in [fields(ln) for ln in proc.stdout.splitlines() if ln.startswith("milestone ") and "hours=" in ln]:
         assert float(m["hours_spot"]) == pytest.approx(float(m["hours"]) / (1 - 4 * seconds / 3600), rel=1e-2)
-        assert float(m["dollars_spot"]) == pytest.approx(float(m["hours_spot"]) * (on_demand + 1.0), rel=1e-2)
+        assert float(m["dollars_spot"]) == pytest.approx(float(m["hours_spot"]) * (on_demand + 2 * spot_node), rel=1e-2)
 
     # without a spot price: what an interruption costs, and how to give the price
     proc = run_plan(*small)
@@ -588,7 +608,8 @@ def test_the_committed_batch_300_runs_measured_all_three_milestones_and_the_plan
 # -- from `make up` to the agent here, and the bill to the teardown: bring-up, training, fetch, teardown --
 
 PARTS = ("boot", "docker", "image", "ray_start", "workers", "train", "fetch_ship", "down")
-USD = 1.53  # infra/prices.yaml's c5.9xlarge in us-west-2, checked below
+USD = 1.53  # infra/prices.yaml's c5.9xlarge in us-west-2, checked below; a node bills BESIDE it too
+BESIDE = sum(beside_a_node())
 
 
 def end_to_end_of(stdout, path):
@@ -629,7 +650,7 @@ def test_make_plan_prints_the_hours_and_dollars_from_make_up_to_make_down():
         total = sum(seconds.values())
         assert float(line["hours"]) == pytest.approx(total / 3600, rel=1e-3)
         workers_s = seconds["workers"] + seconds["train"] + seconds["fetch_ship"] + seconds["down"]
-        assert float(line["dollars"]) == pytest.approx((total + 10 * workers_s) * USD / 3600, rel=1e-3)
+        assert float(line["dollars"]) == pytest.approx((total + 10 * workers_s) * (USD + BESIDE) / 3600, rel=1e-3)
         assert float(line["dollars"]) > float(slowest["dollars"])  # the bring-up costs on top of the training
         # The goal's time ends with the agent here: every part but the teardown, which only the bill counts.
         agent_s = total - seconds["down"]
@@ -773,7 +794,9 @@ def test_the_workers_come_up_once_after_the_head_whatever_their_number(tmp_path)
             if nodes == 1:  # the head alone, on demand: no worker to put on spot
                 assert "dollars_spot" not in line
                 continue
-            billed = (hours * 3600 * on_demand + (nodes - 1) * (workers + train + fetch_ship + down) * 0.58) / 3600
+            assert on_demand == pytest.approx(USD + BESIDE, rel=1e-3)
+            spot_node = 0.58 + BESIDE  # the spot price, and the volume and address a spot worker bills too
+            billed = (hours * 3600 * on_demand + (nodes - 1) * (workers + train + fetch_ship + down) * spot_node) / 3600
             assert float(line["dollars_spot"]) == pytest.approx(billed, rel=1e-3)
 
 
@@ -985,8 +1008,8 @@ def test_make_plan_of_a_size_plans_the_cluster_make_up_launches(aws, tmp_path, s
     assert int(projection["actors"]) == min(in_copy, 300), projection
     with open(REPO / "infra" / "prices.yaml") as f:
         usd = yaml.safe_load(f)["usd_per_hour"]["us-west-2"][instance_type]
-    assert (price["instance_type"], float(price["usd_per_node_hour"])) == (instance_type, usd), price
-    assert float(price["dollars_per_hour"]) == pytest.approx(int(nodes) * usd), price
+    assert (price["instance_type"], float(price["instance_usd_per_hour"])) == (instance_type, usd), price
+    assert float(price["dollars_per_hour"]) == pytest.approx(int(nodes) * (usd + sum(beside_a_node())), rel=1e-3), price
 
 
 def test_the_committed_core_rate_is_the_saved_quiet_benchs():

@@ -125,12 +125,12 @@ def ubuntu_amis(path):
     return path
 
 
-def publish_image_parameter(name, ami):
-    """Put a public SSM parameter, as Canonical publishes one, into moto's SSM backend."""
+def publish_image_parameter(name, ami, region=REGION):
+    """Put a public SSM parameter, as Canonical publishes one in every region, into moto's SSM backend of region."""
     from moto.core import DEFAULT_ACCOUNT_ID
     from moto.ssm.models import Parameter, ssm_backends
 
-    backend = ssm_backends[DEFAULT_ACCOUNT_ID][REGION]
+    backend = ssm_backends[DEFAULT_ACCOUNT_ID][region]
     backend._parameters[name].append(
         Parameter(
             account_id=DEFAULT_ACCOUNT_ID,

@@ -32,8 +32,13 @@ def parser():
     q.add_argument(
         "--instance-type", help="price nodes of this instance type (make up TYPE=) in the cluster YAML's region"
     )
+    q.add_argument("--region", help="price nodes in this AWS region (make REGION=) instead of the cluster YAML's")
     q.add_argument("--prices", default="infra/prices.yaml", help="the price file (default infra/prices.yaml)")
-    q.add_argument("--usd-per-node-hour", type=float, help="price of one node an hour, instead of the cluster YAML's")
+    q.add_argument(
+        "--usd-per-node-hour",
+        type=float,
+        help="all one node bills an hour, instead of the cluster YAML's instance, volumes and IPv4 address",
+    )
     q.add_argument(
         "--spot-usd-per-node-hour",
         type=checked(positive, "a price in USD > 0"),
@@ -137,12 +142,12 @@ def project(a):
     if a.usd_per_node_hour is not None:
         price = report.given_price(a.usd_per_node_hour)
     else:
-        price = report.price_of(a.cluster, a.prices, a.instance_type)
+        price = report.price_of(a.cluster, a.prices, a.instance_type, a.region)
     args = (a.core_rate, a.network_gbps, a.samples, a.seed)
     known = milestones.known(found.get("milestones", {}), a.batch_size, "running_reward_0")
     result, stages = model.project(found, a.nodes, a.cpus, a.batch_size, *args, known=known)
     report.report(found, a.inputs, result, stages, price)
-    sp = spot_workers(a, found, result, stages, args, known) if a.nodes > 1 else None
+    sp = spot_workers(a, found, result, stages, args, known, price) if a.nodes > 1 else None
     if sp:
         hours = {"": result["hours_to_win"]}
         if found["learning"]["batch_size"] != a.batch_size and result["hours_to_win_same_updates"] is not None:
@@ -202,7 +207,7 @@ def sizes(a, found, parts, price, args, known, stages):
         report.sizes(path, *endtoend.cheapest_and_fastest(got), a.cpus, price)
 
 
-def spot_workers(a, found, result, stages, args, known):
+def spot_workers(a, found, result, stages, args, known, price):
     """The Spot of this projection: every node but the head on spot, what losing one costs."""
     rate = result["core_rate"]
     target = result["updates_to_win"] and result["updates_to_win"] * a.batch_size  # the episodes to win here
@@ -222,6 +227,7 @@ def spot_workers(a, found, result, stages, args, known):
         start_s=a.node_start_s * slower,
         seconds_per_update=result["seconds_per_update"],
         seconds_per_update_one_node_less=fewer["seconds_per_update"],
+        beside_usd_per_node_hour=price.beside_usd_per_hour,
     )
 
 

@@ -6,26 +6,36 @@ import dataclasses
 import yaml
 from pgpong.logline import kv, value
 
+from ..prices import beside_instance
 from . import PlanError, endtoend, model
 
 
 @dataclasses.dataclass
 class Price:
-    usd_per_node_hour: float
+    usd_per_node_hour: float  # all one node bills an hour: its instance, and beside it its volumes and IPv4 address
     instance_type: str
     region: str
     source: str
+    instance_usd_per_hour: float | None = None  # the instance alone; None: a price given whole (--usd-per-node-hour)
+    volumes_usd_per_hour: float = 0.0
+    ipv4_usd_per_hour: float = 0.0
+
+    @property
+    def beside_usd_per_hour(self):
+        """What a node bills beside its instance, spot or on demand alike."""
+        return self.volumes_usd_per_hour + self.ipv4_usd_per_hour
 
 
-def price_of(cluster_path, prices_path, instance_type=None):
-    """The Price of the head node type of a cluster YAML (or of instance_type, `make up TYPE=`, in its
-    region), from the price file `make preflight` reads too (infra/prices.yaml)."""
+def price_of(cluster_path, prices_path, instance_type=None, region=None):
+    """The Price of a node of the head's node type of a cluster YAML (or of instance_type, `make up TYPE=`) in its
+    region (or in region, `make plan REGION=`), from the price file `make preflight` reads too (infra/prices.yaml): its instance, and beside it its
+    volumes and public IPv4 address counted as preflight counts them (pongtools.prices.beside_instance)."""
     try:
         with open(cluster_path) as f:
             config = yaml.safe_load(f)
-        head = config["available_node_types"][config["head_node_type"]]["node_config"]["InstanceType"]
-        region = config["provider"]["region"]
-        head = instance_type or head
+        node_config = config["available_node_types"][config["head_node_type"]]["node_config"]
+        region = region or config["provider"]["region"]
+        head = instance_type or node_config["InstanceType"]
     except (OSError, yaml.YAMLError, KeyError, TypeError):
         raise PlanError(
             f"cannot read the head's InstanceType and provider.region from {cluster_path}; "
@@ -35,11 +45,16 @@ def price_of(cluster_path, prices_path, instance_type=None):
         with open(prices_path) as f:
             prices = yaml.safe_load(f)
         usd, source = prices["usd_per_hour"].get(region, {}).get(head), prices["source"]
+        beside = beside_instance(node_config, region, prices)
     except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError):
         raise PlanError(f"cannot read the prices in {prices_path}; pass --prices or --usd-per-node-hour") from None
-    if usd is None:
-        raise PlanError(f"{prices_path} has no price for {head} in {region}; pass --usd-per-node-hour")
-    return Price(usd, head, region, source)
+    if usd is None or beside is None:
+        what = head if usd is None else f"the volumes of {head}"
+        raise PlanError(
+            f"{prices_path} has no price for {what} in {region}, only in {', '.join(sorted(prices['usd_per_hour']))};"
+            " pass --usd-per-node-hour (ARGS=), the on-demand price of AWS's EC2 pricing page plus a node's volume and IPv4"
+        )
+    return Price(usd + sum(beside), head, region, source, usd, *beside)
 
 
 def given_price(usd):
@@ -112,6 +127,15 @@ def report(inputs, inputs_path, result, stages, price, out=print):
             dollars_per_hour=dollars_per_hour,
             nodes=result["nodes"],
             usd_per_node_hour=price.usd_per_node_hour,
+            **(
+                {}
+                if price.instance_usd_per_hour is None
+                else dict(
+                    instance_usd_per_hour=price.instance_usd_per_hour,
+                    volumes_usd_per_node_hour=price.volumes_usd_per_hour,
+                    ipv4_usd_per_node_hour=price.ipv4_usd_per_hour,
+                )
+            ),
             instance_type=price.instance_type,
             region=price.region,
             price_source=price.source,
@@ -176,7 +200,7 @@ class Spot:
     """Spot workers beside an on-demand head: their price, how often one is taken back, and what
     that costs in time (model.replay, model.NODE_START_S)."""
 
-    usd_per_node_hour: float | None  # None: not given
+    usd_per_node_hour: float | None  # the instance's spot price; None: not given
     interruptions_per_node_hour: float
     workers: int  # the spot nodes: every node but the head
     replay_s: float  # what the update in flight loses, Ray's detection of the loss included
@@ -186,13 +210,19 @@ class Spot:
     start_s: float  # what the updates on one node fewer lose until the replacement plays
     seconds_per_update: float
     seconds_per_update_one_node_less: float
+    beside_usd_per_node_hour: float = 0.0  # each node's volumes and IPv4 address, billed on spot as on demand
 
     @property
     def seconds_per_interruption(self):
         return self.replay_s + self.start_s
 
+    @property
+    def worker_usd_per_hour(self):
+        """All a spot worker bills an hour: its spot price and what it bills beside its instance."""
+        return self.usd_per_node_hour + self.beside_usd_per_node_hour
+
     def dollars_per_hour(self, head_usd_per_node_hour):
-        return head_usd_per_node_hour + self.workers * self.usd_per_node_hour
+        return head_usd_per_node_hour + self.workers * self.worker_usd_per_hour
 
 
 def spot(sp, price, hours, out=print):
@@ -228,6 +258,7 @@ def spot(sp, price, hours, out=print):
             "spot",
             usd_per_node_hour=sp.usd_per_node_hour,
             spot_nodes=sp.workers,
+            beside_usd_per_node_hour=sp.beside_usd_per_node_hour,
             dollars_per_hour=dollars_per_hour,
             head_usd_per_node_hour=price.usd_per_node_hour,
             interruptions_per_node_hour=sp.interruptions_per_node_hour,
@@ -334,7 +365,7 @@ def end_to_end(line, path, parts, workers, price, reading, out=print, sp=None):
             on_spot = {"hours_spot": "never"}
         else:
             spot_line = line | {"train": (train_h * 3600, line["train"][1])}
-            h, d = endtoend.cost(spot_line, workers, price.usd_per_node_hour, sp.usd_per_node_hour)
+            h, d = endtoend.cost(spot_line, workers, price.usd_per_node_hour, sp.worker_usd_per_hour)
             on_spot = {"hours_spot": h, "dollars_spot": d, "spot_usd_per_node_hour": sp.usd_per_node_hour}
     out(
         kv(
