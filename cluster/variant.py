@@ -34,7 +34,10 @@ max_workers=M autodown_minutes=N|caps_only|off max_node_hours=H|none image=...` 
 cpus_per_node when NODES or TYPE size it; node_type to max_workers only for a YAML of worker types or when SPOT or
 MIN_WORKERS change them; node_type lists the types that may have workers in the order they are tried); without --out
 it writes nothing and out is the cluster file itself, which `make up` then launches as it is. A
-mistake, in the flags or in the cluster file, is one line and exit 2, and nothing is written; EC2 out of
+mistake, in the flags or in the cluster file, is one line and exit 2 that names the make variable as typed
+(NODES=0), and nothing is written: among them a node_config EC2's RunInstances would refuse (botocore's model of
+it, pongtools.clusterfile), an ECR image of another region than the nodes', and nodes that cost more an hour on
+demand (infra/prices.yaml) than --max-usd-per-hour (MAX_USD_PER_HOUR), whose line says their cost. EC2 out of
 reach (no credentials, no network) is one line and exit 1.
 """
 
@@ -48,7 +51,10 @@ from pathlib import Path
 import yaml
 from pgpong.cli import Parser, UserError, at_least, checked, non_negative, positive, run
 from pgpong.logline import kv
-from pongtools.clusterfile import AUTODOWN, autodown_minutes, backstop, backstop_steps, ray_refusal
+from pongtools import REPO
+from pongtools.clusterfile import AUTODOWN, autodown_minutes, backstop, backstop_steps, refusal
+from pongtools.clusterfile import size as most_nodes
+from pongtools.timecap import HOURS_MOST
 
 
 class Expanded(yaml.SafeDumper):
@@ -233,9 +239,9 @@ MAX_NODE_HOURS_LEAST = 0.5
 
 
 def node_hours_arg(text):
-    """MAX_NODE_HOURS: hours of at least MAX_NODE_HOURS_LEAST; ValueError otherwise."""
+    """MAX_NODE_HOURS: hours from MAX_NODE_HOURS_LEAST to HOURS_MOST; ValueError otherwise."""
     value = positive(text)
-    if value < MAX_NODE_HOURS_LEAST:
+    if not MAX_NODE_HOURS_LEAST <= value <= HOURS_MOST:
         raise ValueError(text)
     return value
 
@@ -314,19 +320,32 @@ def is_docker_reference(image):
     return bool(found) and len(found.group(1)) <= NAME_TOTAL_LENGTH_MAX
 
 
-def with_image(config, image):
+def ecr_region(image):
+    """The region of the ECR registry an image is in, or None for another registry."""
+    host = image.split("/", 1)[0]
+    return host.split(".")[3] if ECR_HOST.match(host) else None
+
+
+def with_image(config, image, said=None):
     """A copy of a cluster config whose nodes pull `image` (REGISTRY/name:tag, as `make image-push`
     printed it) instead of building one: docker.image is it, pull_before_run true (Ray's own
     `docker pull` before it starts the container, so a tag pushed again is fetched again), and the
-    build step of initialization_commands becomes pull_command(image). ValueError says what is wrong."""
+    build step of initialization_commands becomes pull_command(image). said: how the image is named in a refusal
+    (default IMAGE=<image>). ValueError says what is wrong."""
     if not is_docker_reference(image):
         raise ValueError(
-            f"IMAGE={image!r} is not an image name Docker accepts (lowercase, no spaces: <registry>/<name:tag>,"
+            f"{said or f'IMAGE={image!r}'} is not an image name Docker accepts (lowercase, no spaces: <registry>/<name:tag>,"
             " as make image-push printed it)"
         )
+    said = said or f"IMAGE={image}"
     if "/" not in image or image.startswith("/") or not image.split("/", 1)[1]:
+        raise ValueError(f"{said} names no registry; pass IMAGE=<registry>/<name:tag> as make image-push printed it")
+    region = (config.get("provider") or {}).get("region")
+    if ecr_region(image) and region and ecr_region(image) != region:
         raise ValueError(
-            f"IMAGE={image} names no registry; pass IMAGE=<registry>/<name:tag> as make image-push printed it"
+            f"{said} is in ECR of {ecr_region(image)}, but the nodes run in {region}, whose instance role's pulls"
+            f" go to {region}'s ECR; push it there (make image-push REGISTRY=<account>.dkr.ecr.{region}.amazonaws.com)"
+            " or IMAGE= to build it on every node"
         )
     config = copy.deepcopy(config)
     steps = config.get("initialization_commands", [])
@@ -352,9 +371,9 @@ def read_cluster(path):
             "has no docker: section naming an image (docker.image); every node runs the job in the image,"
             " as cluster/aws.yaml says"
         )
-    refused = ray_refusal(config)
+    refused = refusal(config)
     if refused:
-        raise ValueError(f"is refused by Ray's launcher: {refused}")
+        raise ValueError(refused)
     return config
 
 
@@ -387,7 +406,7 @@ def with_size(config, nodes, instance_type):
 
 
 def main(argv=None):
-    p = Parser(prog="variant", description=__doc__.splitlines()[0])
+    p = Parser(prog="variant", description=__doc__.splitlines()[0], variables=VARIABLES)
     p.add_argument("cluster", help="the cluster YAML, e.g. cluster/aws.yaml")
     p.add_argument("--spot", choices=["0", "1"], default="0", help="1: the workers on spot capacity (SPOT)")
     p.add_argument("--min-workers", type=at_least(0), help="the fewest workers (MIN_WORKERS; default: the YAML's)")
@@ -399,13 +418,19 @@ def main(argv=None):
     )
     p.add_argument(
         "--max-node-hours",
-        type=checked(node_hours_arg, f"hours >= {MAX_NODE_HOURS_LEAST:g}"),
+        type=checked(node_hours_arg, f"hours from {MAX_NODE_HOURS_LEAST:g} to {HOURS_MOST:g}"),
         help="hours after its Ray last came up at which every node ends itself, the backstop (MAX_NODE_HOURS;"
         " default: the YAML's)",
     )
     p.add_argument("--image", help="REGISTRY/name:tag that every node pulls instead of building the image (IMAGE)")
     p.add_argument("--nodes", type=at_least(1), help="nodes in all, the head included (NODES; default: the YAML's)")
     p.add_argument("--instance-type", help="the EC2 instance type of every node, e.g. c5.4xlarge (TYPE)")
+    p.add_argument("--image-from", help="the file IMAGE was read from (make's .cache/pushed-image), for its messages")
+    p.add_argument(
+        "--max-usd-per-hour",
+        type=checked(positive, "USD > 0"),
+        help="refuse a cluster whose nodes cost more an hour on demand (infra/prices.yaml) than this (MAX_USD_PER_HOUR)",
+    )
     p.add_argument("--out", help="the YAML to write (none: check the cluster file, write nothing)")
     a = p.parse_args(argv)
     size = {}
@@ -423,12 +448,15 @@ def main(argv=None):
         if a.max_node_hours is not None:
             made = with_max_node_hours(made, a.max_node_hours)
         if a.image:
-            made = with_image(made, a.image)
+            said = f"IMAGE={a.image} (read from {a.image_from}, as make image-push wrote it)" if a.image_from else None
+            made = with_image(made, a.image, said)
+        if a.max_usd_per_hour:
+            affordable(made, a)
     except (OSError, yaml.YAMLError, AttributeError, UnicodeDecodeError) as error:
         raise UserError(
             f"cannot read the cluster config {a.cluster} ({error.__class__.__name__}); pass CLUSTER=<file.yaml>"
         ) from None
-    except TypeMistake as error:
+    except (TypeMistake, CostMistake) as error:
         raise UserError(str(error)) from None
     except ValueError as error:
         raise UserError(f"{a.cluster} {error}") from None
@@ -440,8 +468,56 @@ def main(argv=None):
     report(made, node_type, size, a)
 
 
+class CostMistake(ValueError):
+    """A size that costs more an hour than MAX_USD_PER_HOUR: said without the YAML's name."""
+
+
+def affordable(made, a):
+    """CostMistake unless the nodes the launched copy may start cost at most a.max_usd_per_hour an hour on demand,
+    by infra/prices.yaml (a type or region it does not list: not checked here; make preflight says its price)."""
+    from pongtools.plan.report import PlanError, price_of
+
+    types = made.get("available_node_types") or {}
+    head = (types.get(made.get("head_node_type")) or {}).get("node_config", {}).get("InstanceType")
+    if not head:  # a list of hosts (cluster/local.yaml), which bills nobody here
+        return
+    try:
+        price = price_of(a.cluster, REPO / "infra" / "prices.yaml", head)
+    except PlanError:
+        return
+    nodes, _ = most_nodes(made)
+    usd = nodes * price.usd_per_node_hour
+    if usd > a.max_usd_per_hour:
+        what = f"NODES={a.nodes}" if a.nodes is not None else f"{a.cluster}'s {nodes} nodes"
+        raise CostMistake(
+            f"{what} of {head} cost USD {usd:.2f} an hour on demand ({price.source}), over MAX_USD_PER_HOUR="
+            f"{a.max_usd_per_hour:g}; pass MAX_USD_PER_HOUR={math.ceil(usd)} to launch them all the same, or fewer NODES"
+        )
+
+
+# The make variable that passes each flag, which a refusal names as the user typed it (pgpong.cli.Parser).
+VARIABLES = dict(
+    spot="SPOT",
+    min_workers="MIN_WORKERS",
+    autodown="AUTODOWN",
+    max_node_hours="MAX_NODE_HOURS",
+    nodes="NODES",
+    instance_type="TYPE",
+    max_usd_per_hour="MAX_USD_PER_HOUR",
+)
+
+
 def write(made, a):
-    """The launched copy at a.out, headed by what made it."""
+    """The launched copy at a.out, headed by what made it; one line (UserError) where it cannot be written."""
+    try:
+        write_copy(made, a)
+    except OSError as error:
+        raise UserError(
+            f"cannot write the launched copy {a.out} ({error.strerror or error}); pass VARIANT_DIR=<a folder you can write>"
+        ) from None
+
+
+def write_copy(made, a):
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     header = (

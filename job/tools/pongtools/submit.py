@@ -63,7 +63,7 @@ from pgpong.config import DEFAULT_UPDATES
 from pgpong.logline import kv
 
 from pongtools import REPO
-from pongtools.timecap import default_cap
+from pongtools.timecap import HOURS_MOST, default_cap
 
 JOBS_DIR = REPO / "job"
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
@@ -114,15 +114,19 @@ def runtime_env(job):
 
 
 def trainer_config(job, package, args):
-    """The job's config as its trainer will read ARGS, by the trainer's own parser (<package>.config):
-    ARGS it refuses are its one line and exit 2 here, before anything is launched or sent."""
+    """The job's config as its trainer will read ARGS, by the trainer's own parser (<package>.config), and checked by
+    its own checks that need no Ray (its check(), where the package has one: the env, an S3 run dir's bucket): ARGS
+    it refuses are its one line and exit 2 here, before anything is launched or sent."""
     try:
         config = importlib.import_module(f"{package}.config")  # installed by make setup (pyproject.toml)
     except ModuleNotFoundError:
         raise UserError(
             f"job/{job}'s package {package} is not installed here: add it to pyproject.toml's packages, then make setup"
         ) from None
-    return config.parse_args(args)
+    trainer = config.parse_args(args)
+    if hasattr(config, "check"):
+        config.check(trainer)
+    return trainer
 
 
 def asks_for_help(args):
@@ -131,8 +135,10 @@ def asks_for_help(args):
 
 
 def hours(text):
-    """A time cap as given (the job's metadata keeps it so), once it reads as a number of hours > 0."""
-    cli.positive(text)
+    """A time cap as given (the job's metadata keeps it so), once it reads as a number of hours > 0 and at most
+    HOURS_MOST."""
+    if cli.positive(text) > HOURS_MOST:
+        raise ValueError(text)
     return text
 
 
@@ -193,6 +199,7 @@ def connect(address):
         if token is None and not answers(address):  # Ray refused to send no token before it asked anyone
             raise UserError(f"no Ray cluster answers at {address}; {START_HINT}") from None
         if token is None:
+            same_ray(address)
             raise UserError(
                 f"the cluster at {address} requires a token but there is none at {token_source()}; "
                 "copy the cluster's token there (docs/security.md, Token authentication)"
@@ -211,6 +218,33 @@ def connect(address):
             "both must be the version pinned in requirements.txt"
         )
     return client
+
+
+def same_ray(address):
+    """UserError unless what answers at address is a Ray dashboard of this client's Ray version, said before a token
+    is asked for: its /api/version (which a dashboard without token auth answers), else its public
+    /api/authentication_mode (one with token auth answers only that: then the caller says a token is needed)."""
+    import requests
+
+    not_ray = UserError(
+        f"{address} is not a Ray dashboard (it names no Ray version or authentication mode); {START_HINT}"
+    )
+    try:
+        answer = requests.get(address + "/api/version", timeout=10)
+        if answer.status_code in (401, 403):
+            mode = requests.get(address + "/api/authentication_mode", timeout=10).json().get("authentication_mode")
+            if mode != "token":
+                raise not_ray
+            return
+        theirs = answer.json()["ray_version"]
+    except (requests.RequestException, ValueError, KeyError, TypeError, AttributeError):
+        raise not_ray from None
+    ours = importlib.metadata.version("ray")
+    if theirs != ours:
+        raise UserError(
+            f"the cluster at {address} runs Ray {theirs} but this client has Ray {ours}; "
+            "both must be the version pinned in requirements.txt"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -379,11 +413,15 @@ def submit(job, trainer_args, max_hours=None, address=None, cap_from="MAX_HOURS"
 
 
 def main(argv=None):
-    parser = cli.Parser(prog="submit", description="Submit job/JOB to the Ray cluster at RAY_ADDRESS.")
+    parser = cli.Parser(
+        prog="submit",
+        description="Submit job/JOB to the Ray cluster at RAY_ADDRESS.",
+        variables={"max_hours": "MAX_HOURS"},
+    )
     parser.add_argument("--wait", action="store_true", help="follow the job's logs and exit 0 only if it succeeds")
     parser.add_argument(
         "--max-hours",
-        type=cli.checked(hours, "a number of hours > 0 (MAX_HOURS)"),
+        type=cli.checked(hours, f"a number of hours > 0, at most {HOURS_MOST}"),
         help="the job's time cap, in hours: the head's autodown watcher stops the job then (MAX_HOURS)",
     )
     parser.add_argument("job", metavar="JOB", help="a folder under job/, e.g. pong")
