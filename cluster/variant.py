@@ -35,7 +35,8 @@ cpus_per_node when NODES or TYPE size it; node_type to max_workers only for a YA
 MIN_WORKERS change them; node_type lists the types that may have workers in the order they are tried); without --out
 it writes nothing and out is the cluster file itself, which `make up` then launches as it is. A
 mistake, in the flags or in the cluster file, is one line and exit 2 that names the make variable as typed
-(NODES=0), and nothing is written: among them a node_config EC2's RunInstances would refuse (botocore's model of
+(NODES=0), and nothing is written: among them a TYPE of GPUs or without the memory of a rollout actor a core
+(DescribeInstanceTypes' GpuInfo and MemoryInfo), a node_config EC2's RunInstances would refuse (botocore's model of
 it, pongtools.clusterfile), an ECR image of another region than the nodes', and nodes that cost more an hour on
 demand (infra/prices.yaml) than --max-usd-per-hour (MAX_USD_PER_HOUR), whose line says their cost. EC2 out of
 reach (no credentials, no network) is one line and exit 1.
@@ -132,15 +133,14 @@ def size_types(config, instance_type):
     return wanted
 
 
-def ec2_cores(region, instance_types, client=None):
-    """{instance type: physical cores} of those EC2 offers in region (DescribeInstanceTypes,
-    VCpuInfo.DefaultCores); one it does not know is left out. botocore's errors (no credentials, no
-    network, a refusal) are for the caller."""
+def ec2_types(region, instance_types, client=None):
+    """{instance type: its DescribeInstanceTypes entry} of those EC2 offers in region; one it does not know is left
+    out. botocore's errors (no credentials, no network, a refusal) are for the caller."""
     import boto3
     from botocore.exceptions import ClientError
 
     ec2 = client or boto3.client("ec2", region_name=region)
-    cores = {}
+    infos = {}
     for instance_type in sorted(instance_types):  # one a call: EC2 refuses a whole list for one unknown name
         try:
             (info,) = ec2.describe_instance_types(InstanceTypes=[instance_type])["InstanceTypes"]
@@ -148,13 +148,40 @@ def ec2_cores(region, instance_types, client=None):
             if error.response.get("Error", {}).get("Code") != "InvalidInstanceType":
                 raise
             continue
-        cores[instance_type] = info["VCpuInfo"]["DefaultCores"]
-    return cores
+        infos[instance_type] = info
+    return infos
+
+
+# What a node of TYPE must hold besides: a rollout actor per core at its peak (docs/samples/train-run.txt:
+# actor_peak_rss_mb=286.1, rounded up), Ray's own processes and the trainer's driver on the head (its
+# driver_peak_rss_mb=272.6, with raylet, GCS and dashboard), in the memory Ray leaves beside its object store
+# (30% of a node's memory by default).
+ACTOR_MIB = 300
+NODE_MIB = 1024
+OBJECT_STORE_SHARE = 0.3
+
+
+def fits(instance_type, info):
+    """TypeMistake unless a node of instance_type (its DescribeInstanceTypes entry) can run the trainer: no GPU,
+    which it would never use, and the memory for a rollout actor on each of its cores."""
+    gpus = sum(g.get("Count", 0) for g in (info.get("GpuInfo") or {}).get("Gpus", []))
+    if info.get("GpuInfo"):
+        raise TypeMistake(
+            f"TYPE={instance_type} is a GPU type ({gpus} GPUs); the trainer plays and learns on CPUs only, so the GPUs"
+            " would bill unused: take a CPU type such as c5.4xlarge"
+        )
+    cores, mib = info["VCpuInfo"]["DefaultCores"], info.get("MemoryInfo", {}).get("SizeInMiB", 0)
+    need = cores * ACTOR_MIB + NODE_MIB
+    if need > mib * (1 - OBJECT_STORE_SHARE):
+        raise TypeMistake(
+            f"TYPE={instance_type} has {mib} MiB, and its {cores} rollout actors need about {need} MiB beside Ray's"
+            f" object store ({cores} x {ACTOR_MIB} + {NODE_MIB}): take a type with more memory, such as c5.large"
+        )
 
 
 def sized(config, nodes=None, types=None, cores=None):
     """A copy of a cluster config of `nodes` nodes (None: as it has), of the instance types `types`
-    (size_types; None: as it has) whose physical cores are `cores` ({instance type: cores}, ec2_cores):
+    (size_types; None: as it has) whose physical cores are `cores` ({instance type: cores}, from ec2_types):
     resources.CPU of every node type and --num-cpus of the head's and workers' `ray start` at the head
     type's cores, max_workers and the counts of a worker type that starts all its workers at nodes - 1.
     A worker type whose instance type EC2 lacks or whose cores differ is left out. Returns (config, the
@@ -390,12 +417,15 @@ def with_size(config, nodes, instance_type):
         types = size_types(config, instance_type)
         region = (config.get("provider") or {}).get("region")
         try:
-            cores = ec2_cores(region, set(types.values()))
+            infos = ec2_types(region, set(types.values()))
         except (BotoCoreError, ClientError) as error:  # no credentials, no network, a refusal
             raise AwsError(
                 f"cannot ask EC2 in {region} for the cores of {instance_type} ({error.__class__.__name__}: {error});"
                 " check your AWS credentials, as for `make preflight`"
             ) from None
+        if instance_type in infos:
+            fits(instance_type, infos[instance_type])
+        cores = {name: info["VCpuInfo"]["DefaultCores"] for name, info in infos.items()}
     made, left_out = sized(config, nodes, types, cores)
     head = made["available_node_types"][made["head_node_type"]]
     fields = dict(nodes=1 + made.get("max_workers", 0), instance_type=head["node_config"].get("InstanceType"))
