@@ -160,14 +160,14 @@ define need-own-image
 if [[ "$(origin IMAGE)" == environment* ]]; then \
   echo "make: IMAGE=$$IMAGE comes from your shell's environment; say it on make's command line: IMAGE=<registry>/<name:tag> to pull it, IMAGE= to build the image (or unset IMAGE)" >&2; exit 2; fi
 endef
-# An IMAGE every node would pull (given, or recorded by make image-push) of another platform than the nodes'
-# (infra/image.env's PLATFORM) is refused in one line, exit 2; one this machine's Docker engine lacks is not read.
 # NODES, TYPE and REGION size and place what is launched, so they too come from make's command line only: one
 # exported in the shell is refused as IMAGE is. Another such variable is one more word here.
 OWN_VARIABLES = NODES TYPE REGION
 define need-own-values
 $(foreach v,$(OWN_VARIABLES),$(if $(filter environment%,$(origin $(v))),echo "make: $(v)=$($(v)) comes from your shell's environment; say it on make's command line ($(v)=$($(v))) or unset $(v)" >&2; exit 2;)) true
 endef
+# An IMAGE every node would pull (given, or recorded by make image-push) of another platform than the nodes'
+# (infra/image.env's PLATFORM) is refused in one line, exit 2; one this machine's Docker engine lacks is not read.
 define need-node-platform
 $(if $(IMAGE),infra/image-platform.sh "$(IMAGE)" make --if-present,true)
 endef
