@@ -23,6 +23,9 @@ CLUSTER ?= cluster/aws.yaml
 # us-west-2 for cluster/aws.yaml), in R's zones that offer the instance types, as EC2 says (docs/aws.md#preflight).
 # Any of them launches a copy of CLUSTER that cluster/variant.py writes into VARIANT_DIR.
 REGION ?=
+# MAX_USD_PER_HOUR: `make up`, `run` and `preflight` refuse a cluster whose nodes cost more an hour on demand
+# (infra/prices.yaml; 11 c5.9xlarge: 16.83) and print its cost; raise it on the command line to launch one.
+MAX_USD_PER_HOUR ?= 30
 SPOT ?= 0
 TYPE ?=
 MIN_WORKERS ?=
@@ -154,7 +157,7 @@ endef
 # Checks CLUSTER and the choices (a mistake: one line, exit 2, nothing written), writes the launched copy if
 # any choice asks for one, and prints variant's line: what is launched, its autodown and backstop.
 define write-variant
-$(write-regional) && $(BIN)/python cluster/variant.py "$(CLUSTER)" --spot "$(SPOT)" $(if $(MIN_WORKERS),--min-workers "$(MIN_WORKERS)") $(if $(AUTODOWN),--autodown "$(AUTODOWN)") $(if $(MAX_NODE_HOURS),--max-node-hours "$(MAX_NODE_HOURS)") $(if $(IMAGE),--image "$(IMAGE)") $(if $(SIZE_NODES),--nodes "$(SIZE_NODES)") $(if $(SIZE_TYPE),--instance-type "$(SIZE_TYPE)") $(if $(REGION),--region "$(REGION)") $(if $(filter-out $(CLUSTER),$(LAUNCH)),--out "$(LAUNCH)")
+$(write-regional) && $(BIN)/python cluster/variant.py "$(CLUSTER)" --spot "$(SPOT)" --max-usd-per-hour "$(MAX_USD_PER_HOUR)" $(if $(filter file,$(origin IMAGE)),--image-from "$(PUSHED_IMAGE_FILE)") $(if $(MIN_WORKERS),--min-workers "$(MIN_WORKERS)") $(if $(AUTODOWN),--autodown "$(AUTODOWN)") $(if $(MAX_NODE_HOURS),--max-node-hours "$(MAX_NODE_HOURS)") $(if $(IMAGE),--image "$(IMAGE)") $(if $(SIZE_NODES),--nodes "$(SIZE_NODES)") $(if $(SIZE_TYPE),--instance-type "$(SIZE_TYPE)") $(if $(REGION),--region "$(REGION)") $(if $(filter-out $(CLUSTER),$(LAUNCH)),--out "$(LAUNCH)")
 endef
 # With REGION, writes REGIONAL (quietly: write-variant's line says the region); a mistake is one line, exit 2.
 define write-regional
@@ -169,6 +172,12 @@ define need-own-image
 if [[ "$(origin IMAGE)" == environment* ]]; then \
   echo "make: IMAGE=$$IMAGE comes from your shell's environment; say it on make's command line: IMAGE=<registry>/<name:tag> to pull it, IMAGE= to build the image (or unset IMAGE)" >&2; exit 2; fi
 endef
+# NODES, TYPE and REGION size and place what is launched, so they too come from make's command line only: one
+# exported in the shell is refused as IMAGE is. Another such variable is one more word here.
+OWN_VARIABLES = NODES TYPE REGION
+define need-own-values
+$(foreach v,$(OWN_VARIABLES),$(if $(filter environment%,$(origin $(v))),echo "make: $(v)=$($(v)) comes from your shell's environment; say it on make's command line ($(v)=$($(v))) or unset $(v)" >&2; exit 2;)) true
+endef
 # An IMAGE every node would pull (given, or recorded by make image-push) of another platform than the nodes'
 # (infra/image.env's PLATFORM) is refused in one line, exit 2; one this machine's Docker engine lacks is not read.
 define need-node-platform
@@ -181,7 +190,7 @@ define make-token
 endef
 # `make run`'s command line for pong-run (pongtools.launch), which checks it all (--check) before anything is written.
 LAUNCH_ARGS = --down-cluster $(REGIONAL) --job $(JOB) $(if $(OUT),--out "$(OUT)") --keep "$(KEEP)" \
-  $(if $(MAX_HOURS),--max-hours "$(MAX_HOURS)")
+  $(if $(MAX_HOURS),--max-hours "$(MAX_HOURS)") $(if $(MAX_NODE_HOURS),--max-node-hours "$(MAX_NODE_HOURS)")
 define need-job
 if [[ -z "$(PACKAGE)" ]]; then \
   echo "make: unknown job '$(JOB)'; the jobs under job/ are: $(JOBS)" >&2; exit 1; fi
@@ -192,6 +201,16 @@ define need-checkpoint
 if [[ -z "$(or $(CHECKPOINT),$(wildcard $(SHIP_DIR)/pong-agent.npz))" ]]; then \
   echo "make: pass CHECKPOINT=<ckpt-NNNNNN.npz, or a run dir for its newest checkpoint>; there is no shipped agent in $(SHIP_DIR)" >&2; exit 1; fi
 endef
+
+# Every variable a target reads is set above (`NAME ?=`, `NAME :=`) or in infra/threads.env, but REGION (the first-run
+# issue's) and the settings infra/build-image.sh reads from its environment. A variable on make's command line that
+# none of them is (NODE=2) is refused before anything runs, in one line: kept, it would be dropped without a word.
+# Adding a variable above makes it known.
+VARIABLES = $(sort $(shell sed -n 's/^\([A-Z][A-Z0-9_]*\) *[?:]*=.*/\1/p' $(MAKEFILE_LIST)) REGION LOCAL_BASE OS_IMAGE DEBIAN_MIRROR)
+UNREAD := $(firstword $(filter-out $(VARIABLES),$(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(v)))))
+ifneq ($(UNREAD),)
+$(error $(UNREAD)=$(value $(UNREAD)): no such variable$(shell $(PYTHON) -c 'import difflib, sys; close = difflib.get_close_matches(sys.argv[1], sys.argv[2:], 1, 0.75); print(f"; did you mean {close[0]}? The" if close else "; the", "top of the Makefile says what each variable does")' $(UNREAD) $(VARIABLES)))
+endif
 
 ##@ Start here
 
@@ -278,6 +297,7 @@ local-down: $(INSTALLED) ## Stop the head that local-up started, and only it (ot
 up: $(INSTALLED) ## Launch or update the cluster: make token, then ray up -y CLUSTER (SPOT=1: spot workers; MIN_WORKERS=N; AUTODOWN=N minutes; MAX_NODE_HOURS=h)
 	@$(need-cluster-file)
 	@$(need-own-image)
+	@$(need-own-values)
 	@$(need-node-platform)
 	@$(write-variant)
 	@$(say-image)
@@ -290,6 +310,7 @@ run: $(TOOLS) ## Up, submit JOB with ARGS (MAX_HOURS: its cap), follow, fetch th
 	@$(need-cluster-file)
 	@$(need-job)
 	@$(need-own-image)
+	@$(need-own-values)
 	@$(need-node-platform)
 	@LAST_JOB_FILE=$(LAST_JOB_FILE) pong-run --check --cluster $(CLUSTER) $(LAUNCH_ARGS) -- $(ARGS)
 	@$(write-variant)
@@ -300,12 +321,14 @@ run: $(TOOLS) ## Up, submit JOB with ARGS (MAX_HOURS: its cap), follow, fetch th
 .PHONY: dashboard
 dashboard: $(INSTALLED) ## Forward the cluster's dashboard to 127.0.0.1:8265 (keep it running)
 	@$(need-cluster-file)
+	@$(PONGTOOLS).clusterfile "$(CLUSTER)"
 	@$(write-regional)
 	ray dashboard $(REGIONAL)
 
 .PHONY: down
 down: $(INSTALLED) ## Tear the cluster down: ray down -y CLUSTER
 	@$(need-cluster-file)
+	@$(PONGTOOLS).clusterfile "$(CLUSTER)"
 	@$(write-regional)
 	ray down -y $(REGIONAL)
 
@@ -337,6 +360,7 @@ leftovers: $(INSTALLED) ## List what make iam, ray up and make image-push leave 
 preflight: $(INSTALLED) ## Check CLUSTER (SPOT, MIN_WORKERS as for up) against your AWS account: credentials, quota, zones, AMI, key pair, cost
 	@$(need-cluster-file)
 	@$(need-own-image)
+	@$(need-own-values)
 	@$(write-variant)
 	@$(BIN)/python infra/preflight.py "$(LAUNCH)" --full "$(CLUSTER)"
 
@@ -393,6 +417,7 @@ bench: $(INSTALLED) ## Benchmark the trainer against the bare emulator and the t
 
 .PHONY: plan
 plan: $(INSTALLED) ## Project NODES x CPUS at BATCH: seconds per update, $ an hour, hours and $ to a win and from up to down
+	@$(need-own-values)
 	@$(PONGTOOLS).plan project --nodes $(NODES) --cpus $(CPUS) --batch-size $(BATCH) --cluster $(CLUSTER) $(if $(REGION),--region "$(REGION)") $(if $(SIZE_TYPE),--instance-type "$(SIZE_TYPE)") $(ARGS)
 
 .PHONY: plan-inputs

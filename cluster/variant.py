@@ -38,7 +38,11 @@ max_workers=M autodown_minutes=N|caps_only|off max_node_hours=H|none image=...` 
 cpus_per_node when NODES or TYPE size it; region and zones for REGION; node_type to max_workers only for a YAML of worker types or when SPOT or
 MIN_WORKERS change them; node_type lists the types that may have workers in the order they are tried); without --out
 it writes nothing and out is the cluster file itself, which `make up` then launches as it is. A
-mistake, in the flags or in the cluster file, is one line and exit 2, and nothing is written; EC2 out of
+mistake, in the flags or in the cluster file, is one line and exit 2 that names the make variable as typed
+(NODES=0), and nothing is written: among them a TYPE of GPUs or without the memory of a rollout actor a core
+(DescribeInstanceTypes' GpuInfo and MemoryInfo), a node_config EC2's RunInstances would refuse (botocore's model of
+it, pongtools.clusterfile), an ECR image of another region than the nodes', and nodes that cost more an hour on
+demand (infra/prices.yaml) than --max-usd-per-hour (MAX_USD_PER_HOUR), whose line says their cost. EC2 out of
 reach (no credentials, no network) is one line and exit 1.
 """
 
@@ -52,7 +56,10 @@ from pathlib import Path
 import yaml
 from pgpong.cli import Parser, UserError, at_least, checked, non_negative, positive, run
 from pgpong.logline import kv
-from pongtools.clusterfile import AUTODOWN, autodown_minutes, backstop, backstop_steps, ray_refusal
+from pongtools import REPO
+from pongtools.clusterfile import AUTODOWN, autodown_minutes, backstop, backstop_steps, refusal
+from pongtools.clusterfile import size as most_nodes
+from pongtools.timecap import HOURS_MOST
 
 
 class Expanded(yaml.SafeDumper):
@@ -130,15 +137,14 @@ def size_types(config, instance_type):
     return wanted
 
 
-def ec2_cores(region, instance_types, client=None):
-    """{instance type: physical cores} of those EC2 offers in region (DescribeInstanceTypes,
-    VCpuInfo.DefaultCores); one it does not know is left out. botocore's errors (no credentials, no
-    network, a refusal) are for the caller."""
+def ec2_types(region, instance_types, client=None):
+    """{instance type: its DescribeInstanceTypes entry} of those EC2 offers in region; one it does not know is left
+    out. botocore's errors (no credentials, no network, a refusal) are for the caller."""
     import boto3
     from botocore.exceptions import ClientError
 
     ec2 = client or boto3.client("ec2", region_name=region)
-    cores = {}
+    infos = {}
     for instance_type in sorted(instance_types):  # one a call: EC2 refuses a whole list for one unknown name
         try:
             (info,) = ec2.describe_instance_types(InstanceTypes=[instance_type])["InstanceTypes"]
@@ -146,13 +152,40 @@ def ec2_cores(region, instance_types, client=None):
             if error.response.get("Error", {}).get("Code") != "InvalidInstanceType":
                 raise
             continue
-        cores[instance_type] = info["VCpuInfo"]["DefaultCores"]
-    return cores
+        infos[instance_type] = info
+    return infos
+
+
+# What a node of TYPE must hold besides: a rollout actor per core at its peak (docs/samples/train-run.txt:
+# actor_peak_rss_mb=286.1, rounded up), Ray's own processes and the trainer's driver on the head (its
+# driver_peak_rss_mb=272.6, with raylet, GCS and dashboard), in the memory Ray leaves beside its object store
+# (30% of a node's memory by default).
+ACTOR_MIB = 300
+NODE_MIB = 1024
+OBJECT_STORE_SHARE = 0.3
+
+
+def fits(instance_type, info):
+    """TypeMistake unless a node of instance_type (its DescribeInstanceTypes entry) can run the trainer: no GPU,
+    which it would never use, and the memory for a rollout actor on each of its cores."""
+    gpus = sum(g.get("Count", 0) for g in (info.get("GpuInfo") or {}).get("Gpus", []))
+    if info.get("GpuInfo"):
+        raise TypeMistake(
+            f"TYPE={instance_type} is a GPU type ({gpus} GPUs); the trainer plays and learns on CPUs only, so the GPUs"
+            " would bill unused: take a CPU type such as c5.4xlarge"
+        )
+    cores, mib = info["VCpuInfo"]["DefaultCores"], info.get("MemoryInfo", {}).get("SizeInMiB", 0)
+    need = cores * ACTOR_MIB + NODE_MIB
+    if need > mib * (1 - OBJECT_STORE_SHARE):
+        raise TypeMistake(
+            f"TYPE={instance_type} has {mib} MiB, and its {cores} rollout actors need about {need} MiB beside Ray's"
+            f" object store ({cores} x {ACTOR_MIB} + {NODE_MIB}): take a type with more memory, such as c5.large"
+        )
 
 
 def sized(config, nodes=None, types=None, cores=None):
     """A copy of a cluster config of `nodes` nodes (None: as it has), of the instance types `types`
-    (size_types; None: as it has) whose physical cores are `cores` ({instance type: cores}, ec2_cores):
+    (size_types; None: as it has) whose physical cores are `cores` ({instance type: cores}, from ec2_types):
     resources.CPU of every node type and --num-cpus of the head's and workers' `ray start` at the head
     type's cores, max_workers and the counts of a worker type that starts all its workers at nodes - 1.
     A worker type whose instance type EC2 lacks or whose cores differ is left out. Returns (config, the
@@ -237,9 +270,9 @@ MAX_NODE_HOURS_LEAST = 0.5
 
 
 def node_hours_arg(text):
-    """MAX_NODE_HOURS: hours of at least MAX_NODE_HOURS_LEAST; ValueError otherwise."""
+    """MAX_NODE_HOURS: hours from MAX_NODE_HOURS_LEAST to HOURS_MOST; ValueError otherwise."""
     value = positive(text)
-    if value < MAX_NODE_HOURS_LEAST:
+    if not MAX_NODE_HOURS_LEAST <= value <= HOURS_MOST:
         raise ValueError(text)
     return value
 
@@ -318,19 +351,32 @@ def is_docker_reference(image):
     return bool(found) and len(found.group(1)) <= NAME_TOTAL_LENGTH_MAX
 
 
-def with_image(config, image):
+def ecr_region(image):
+    """The region of the ECR registry an image is in, or None for another registry."""
+    host = image.split("/", 1)[0]
+    return host.split(".")[3] if ECR_HOST.match(host) else None
+
+
+def with_image(config, image, said=None):
     """A copy of a cluster config whose nodes pull `image` (REGISTRY/name:tag, as `make image-push`
     printed it) instead of building one: docker.image is it, pull_before_run true (Ray's own
     `docker pull` before it starts the container, so a tag pushed again is fetched again), and the
-    build step of initialization_commands becomes pull_command(image). ValueError says what is wrong."""
+    build step of initialization_commands becomes pull_command(image). said: how the image is named in a refusal
+    (default IMAGE=<image>). ValueError says what is wrong."""
     if not is_docker_reference(image):
         raise ValueError(
-            f"IMAGE={image!r} is not an image name Docker accepts (lowercase, no spaces: <registry>/<name:tag>,"
+            f"{said or f'IMAGE={image!r}'} is not an image name Docker accepts (lowercase, no spaces: <registry>/<name:tag>,"
             " as make image-push printed it)"
         )
+    said = said or f"IMAGE={image}"
     if "/" not in image or image.startswith("/") or not image.split("/", 1)[1]:
+        raise ValueError(f"{said} names no registry; pass IMAGE=<registry>/<name:tag> as make image-push printed it")
+    region = (config.get("provider") or {}).get("region")
+    if ecr_region(image) and region and ecr_region(image) != region:
         raise ValueError(
-            f"IMAGE={image} names no registry; pass IMAGE=<registry>/<name:tag> as make image-push printed it"
+            f"{said} is in ECR of {ecr_region(image)}, but the nodes run in {region}, whose instance role's pulls"
+            f" go to {region}'s ECR; push it there (make image-push REGISTRY=<account>.dkr.ecr.{region}.amazonaws.com)"
+            " or IMAGE= to build it on every node"
         )
     config = copy.deepcopy(config)
     steps = config.get("initialization_commands", [])
@@ -356,9 +402,9 @@ def read_cluster(path):
             "has no docker: section naming an image (docker.image); every node runs the job in the image,"
             " as cluster/aws.yaml says"
         )
-    refused = ray_refusal(config)
+    refused = refusal(config)
     if refused:
-        raise ValueError(f"is refused by Ray's launcher: {refused}")
+        raise ValueError(refused)
     return config
 
 
@@ -442,12 +488,15 @@ def with_size(config, nodes, instance_type):
         types = size_types(config, instance_type)
         region = (config.get("provider") or {}).get("region")
         try:
-            cores = ec2_cores(region, set(types.values()))
+            infos = ec2_types(region, set(types.values()))
         except (BotoCoreError, ClientError) as error:  # no credentials, no network, a refusal
             raise AwsError(
                 f"cannot ask EC2 in {region} for the cores of {instance_type} ({error.__class__.__name__}: {error});"
                 " check your AWS credentials, as for `make preflight`"
             ) from None
+        if instance_type in infos:
+            fits(instance_type, infos[instance_type])
+        cores = {name: info["VCpuInfo"]["DefaultCores"] for name, info in infos.items()}
     made, left_out = sized(config, nodes, types, cores)
     head = made["available_node_types"][made["head_node_type"]]
     fields = dict(nodes=1 + made.get("max_workers", 0), instance_type=head["node_config"].get("InstanceType"))
@@ -458,7 +507,7 @@ def with_size(config, nodes, instance_type):
 
 
 def main(argv=None):
-    p = Parser(prog="variant", description=__doc__.splitlines()[0])
+    p = Parser(prog="variant", description=__doc__.splitlines()[0], variables=VARIABLES)
     p.add_argument("cluster", help="the cluster YAML, e.g. cluster/aws.yaml")
     p.add_argument("--spot", choices=["0", "1"], default="0", help="1: the workers on spot capacity (SPOT)")
     p.add_argument("--min-workers", type=at_least(0), help="the fewest workers (MIN_WORKERS; default: the YAML's)")
@@ -470,7 +519,7 @@ def main(argv=None):
     )
     p.add_argument(
         "--max-node-hours",
-        type=checked(node_hours_arg, f"hours >= {MAX_NODE_HOURS_LEAST:g}"),
+        type=checked(node_hours_arg, f"hours from {MAX_NODE_HOURS_LEAST:g} to {HOURS_MOST:g}"),
         help="hours after its Ray last came up at which every node ends itself, the backstop (MAX_NODE_HOURS;"
         " default: the YAML's)",
     )
@@ -480,6 +529,12 @@ def main(argv=None):
     p.add_argument(
         "--region",
         help="the AWS region to launch in (REGION), with its zones that offer the instance types (default: the YAML's)",
+    )
+    p.add_argument("--image-from", help="the file IMAGE was read from (make's .cache/pushed-image), for its messages")
+    p.add_argument(
+        "--max-usd-per-hour",
+        type=checked(positive, "USD > 0"),
+        help="refuse a cluster whose nodes cost more an hour on demand (infra/prices.yaml) than this (MAX_USD_PER_HOUR)",
     )
     p.add_argument("--out", help="the YAML to write (none: check the cluster file, write nothing)")
     a = p.parse_args(argv)
@@ -500,14 +555,17 @@ def main(argv=None):
         if a.max_node_hours is not None:
             made = with_max_node_hours(made, a.max_node_hours)
         if a.image:
-            made = with_image(made, a.image)
-        if a.region:  # last: the zones that offer every instance type launched
+            said = f"IMAGE={a.image} (read from {a.image_from}, as make image-push wrote it)" if a.image_from else None
+            made = with_image(made, a.image, said)
+        if a.region:  # last but the cost: the zones that offer every instance type launched
             made = with_zones(made)
+        if a.max_usd_per_hour:
+            affordable(made, a)
     except (OSError, yaml.YAMLError, AttributeError, UnicodeDecodeError) as error:
         raise UserError(
             f"cannot read the cluster config {a.cluster} ({error.__class__.__name__}); pass CLUSTER=<file.yaml>"
         ) from None
-    except TypeMistake as error:
+    except (TypeMistake, CostMistake) as error:
         raise UserError(str(error)) from None
     except ValueError as error:
         raise UserError(f"{a.cluster} {error}") from None
@@ -519,8 +577,56 @@ def main(argv=None):
     report(made, node_type, size, a)
 
 
+class CostMistake(ValueError):
+    """A size that costs more an hour than MAX_USD_PER_HOUR: said without the YAML's name."""
+
+
+def affordable(made, a):
+    """CostMistake unless the nodes the launched copy may start cost at most a.max_usd_per_hour an hour on demand,
+    by infra/prices.yaml (a type or region it does not list: not checked here; make preflight says its price)."""
+    from pongtools.plan.report import PlanError, price_of
+
+    types = made.get("available_node_types") or {}
+    head = (types.get(made.get("head_node_type")) or {}).get("node_config", {}).get("InstanceType")
+    if not head:  # a list of hosts (cluster/local.yaml), which bills nobody here
+        return
+    try:
+        price = price_of(a.cluster, REPO / "infra" / "prices.yaml", head)
+    except PlanError:
+        return
+    nodes, _ = most_nodes(made)
+    usd = nodes * price.usd_per_node_hour
+    if usd > a.max_usd_per_hour:
+        what = f"NODES={a.nodes}" if a.nodes is not None else f"{a.cluster}'s {nodes} nodes"
+        raise CostMistake(
+            f"{what} of {head} cost USD {usd:.2f} an hour on demand ({price.source}), over MAX_USD_PER_HOUR="
+            f"{a.max_usd_per_hour:g}; pass MAX_USD_PER_HOUR={math.ceil(usd)} to launch them all the same, or fewer NODES"
+        )
+
+
+# The make variable that passes each flag, which a refusal names as the user typed it (pgpong.cli.Parser).
+VARIABLES = dict(
+    spot="SPOT",
+    min_workers="MIN_WORKERS",
+    autodown="AUTODOWN",
+    max_node_hours="MAX_NODE_HOURS",
+    nodes="NODES",
+    instance_type="TYPE",
+    max_usd_per_hour="MAX_USD_PER_HOUR",
+)
+
+
 def write(made, a):
-    """The launched copy at a.out, headed by what made it."""
+    """The launched copy at a.out, headed by what made it; one line (UserError) where it cannot be written."""
+    try:
+        write_copy(made, a)
+    except OSError as error:
+        raise UserError(
+            f"cannot write the launched copy {a.out} ({error.strerror or error}); pass VARIANT_DIR=<a folder you can write>"
+        ) from None
+
+
+def write_copy(made, a):
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     header = (

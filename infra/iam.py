@@ -35,6 +35,7 @@ and exit 2. `make preflight` checks that the profiles exist and their roles hold
 """
 
 import json
+import re
 import string
 import time
 from pathlib import Path
@@ -84,7 +85,28 @@ def load(path):
     file = Path(path)
     if not file.is_file():
         raise UserError(f"no cluster config at {path}; pass CLUSTER=<file.yaml> (e.g. cluster/aws.yaml)")
-    return Cluster(yaml.safe_load(file.read_text()), path)
+    try:
+        config = yaml.safe_load(file.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise UserError(
+            f"cannot read the cluster config {path} ({type(e).__name__}); pass CLUSTER=<file.yaml>"
+        ) from None
+    if not isinstance(config, dict):
+        raise UserError(f"the cluster config {path} is no mapping of a cluster's keys; pass CLUSTER=<file.yaml>")
+    return Cluster(config, path)
+
+
+# An S3 bucket's name as S3 allows it for a new bucket (AWS's "Bucket naming rules", general purpose buckets): 3 to
+# 63 characters of lowercase letters, digits, dots and hyphens, a letter or digit at each end, no two dots in a row,
+# not an IP address.
+BUCKET_NAME = re.compile(r"^(?!\d+\.\d+\.\d+\.\d+$)(?!.*\.\.)[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+def bucket_name(text):
+    """BUCKET: an S3 bucket's name alone (BUCKET_NAME), not a URL or a path; ValueError otherwise."""
+    if not BUCKET_NAME.match(text):
+        raise ValueError(text)
+    return text
 
 
 def profile_name(node_config):
@@ -282,9 +304,16 @@ def condition(value):
 
 
 def main(argv=None):
-    parser = cli.Parser(prog="iam", description=__doc__.splitlines()[0])
+    parser = cli.Parser(prog="iam", description=__doc__.splitlines()[0], variables={"bucket": "BUCKET"})
     parser.add_argument("cluster", nargs="?", default="cluster/aws.yaml", help="cluster launcher YAML")
-    parser.add_argument("--bucket", help="an S3 bucket the head may list, read, write and delete in (a --run-dir)")
+    parser.add_argument(
+        "--bucket",
+        type=cli.checked(
+            bucket_name,
+            "an S3 bucket's name alone, as in --run-dir s3://<name>/...: 3 to 63 of a-z 0-9 . -, e.g. BUCKET=my-runs",
+        ),
+        help="an S3 bucket the head may list, read, write and delete in (a --run-dir)",
+    )
     parser.add_argument("--table", action="store_true", help="print the policies as a Markdown table; no AWS")
     args = parser.parse_args(argv)
     cluster = load(args.cluster)

@@ -63,7 +63,7 @@ import boto3
 import iam as iam_setup  # infra/iam.py, beside this file: the policies `make iam` gives the profiles
 import yaml
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, ProfileNotFound
 from botocore.parsers import ResponseParserError
 from pgpong import cli  # the one CLI helper: one-line mistakes, exit 2 (installed by make setup)
 from pgpong.cli import UserError
@@ -824,7 +824,13 @@ def run_checks(report, config, path, full=None):
     region = config["provider"]["region"]
     plan = node_plan(config)
     print(kv("preflight", cluster=path, region=region, nodes=sum(count for _, _, count, _ in plan)), flush=True)
-    session = boto3.session.Session(region_name=region, **config["provider"].get("aws_credentials", {}))
+    try:
+        session = boto3.session.Session(region_name=region, **config["provider"].get("aws_credentials", {}))
+    except ProfileNotFound:
+        raise UserError(
+            f"AWS_PROFILE={os.environ.get('AWS_PROFILE')} names no profile in ~/.aws/config or ~/.aws/credentials;"
+            " name one of `aws configure list-profiles`, or unset AWS_PROFILE"
+        ) from None
     later = ["instance-type", "zones", "image", "quota", "size", "quota-request", "key-pair", "instance-profile"]
     later[later.index("key-pair") : later.index("key-pair")] = ["cluster-name"]
     later.append("laptop-policy")

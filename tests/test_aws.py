@@ -791,7 +791,10 @@ def test_two_c5_4xlarge_fit_32_vcpus_and_launch_as_planned(aws, monkeypatch, tmp
     "args, status, message",
     [
         (["--instance-type", "c5.huge"], 2, "error: TYPE=c5.huge is no instance type EC2 offers in us-west-2"),
-        (["--nodes", "0"], 2, "variant: error: argument --nodes: must be a whole number >= 1, not '0'"),
+        (["--nodes", "0"], 2, "variant: error: NODES=0: must be a whole number >= 1"),
+        # Issue 53: a GPU type would launch as a CPU node without a word; a small one could not hold its actors.
+        (["--instance-type", "g4dn.xlarge"], 2, "error: TYPE=g4dn.xlarge is a GPU type (1 GPUs); the trainer plays"),
+        (["--instance-type", "t3.micro"], 2, "error: TYPE=t3.micro has 1024 MiB, and its 1 rollout actors need"),
     ],
 )
 def test_a_size_ec2_does_not_know_is_one_line_and_nothing_written(aws, tmp_path, args, status, message):

@@ -87,15 +87,13 @@ REFUSALS = {
     "KEEP=no": (
         lambda t: ["KEEP=no", "ARGS=--updates 2"],
         lambda t: (
-            "launch: error: argument --keep: must be 0 or 1 (KEEP=1 leaves the cluster up at the end, "
-            "KEEP=0 takes it down), not 'no' (see --help)"
+            "launch: error: KEEP=no: must be 0 or 1 (KEEP=1 leaves the cluster up at the end, KEEP=0 takes it down)"
         ),
     ),
     "KEEP=false": (
         lambda t: ["KEEP=false", "ARGS=--updates 2"],
         lambda t: (
-            "launch: error: argument --keep: must be 0 or 1 (KEEP=1 leaves the cluster up at the end, "
-            "KEEP=0 takes it down), not 'false' (see --help)"
+            "launch: error: KEEP=false: must be 0 or 1 (KEEP=1 leaves the cluster up at the end, KEEP=0 takes it down)"
         ),
     ),
     "a CLUSTER that is no YAML": (
@@ -134,9 +132,7 @@ REFUSALS = {
     ),
     "MAX_HOURS=0": (
         lambda t: ["MAX_HOURS=0", "ARGS=--updates 2"],
-        lambda t: (
-            "launch: error: argument --max-hours: must be a number of hours > 0 (MAX_HOURS), not '0' (see --help)"
-        ),
+        lambda t: "launch: error: MAX_HOURS=0: must be a number of hours > 0, at most 168",
     ),
 }
 

@@ -193,7 +193,7 @@ def test_wait_follows_the_logs_and_exits_by_the_final_status(ray_cluster, tmp_pa
         ),
         (
             ["ARGS=--updates 2", "MAX_HOURS=soon"],
-            "submit: error: argument --max-hours: must be a number of hours > 0 (MAX_HOURS), not 'soon' (see --help)",
+            "submit: error: MAX_HOURS=soon: must be a number of hours > 0, at most 168",
         ),
     ],
     ids=["ARGS the trainer refuses", "MAX_HOURS that is no number"],

@@ -28,11 +28,44 @@ class UserError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, with its errors on one line; its subcommands' parsers are of this class too."""
+    """argparse, with its errors on one line; its subcommands' parsers are of this class too. variables: {a flag's
+    dest: the make variable that passes it} (a program the Makefile runs): a refused value is then named as the user
+    typed it, `NODES=0: must be a whole number >= 1`, not by the flag."""
+
+    def __init__(self, *args, variables=None, **kwargs):
+        self.variables = variables or {}
+        super().__init__(*args, **kwargs)
+
+    def _get_value(self, action, text):
+        try:
+            return super()._get_value(action, text)
+        except argparse.ArgumentError as e:
+            raise self._named(action, text, e) from None
+
+    def _check_value(self, action, value):
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as e:
+            raise self._named(action, value, e) from None
+
+    def _named(self, action, text, error):
+        """error as said of the make variable that passed the value, if any."""
+        name = self.variables.get(action.dest)
+        if not name:
+            return error
+        why = error.message.removesuffix(f", not {text!r}")
+        return argparse.ArgumentError(None, f"{name}={text}: {why}{VARIABLE_MARK}")
 
     def error(self, message):
-        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
+        if message.endswith(VARIABLE_MARK):
+            sys.stderr.write(f"{self.prog}: error: {message.removesuffix(VARIABLE_MARK)}\n")
+        else:
+            sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
         sys.exit(MISTAKE)
+
+
+# What ends a refusal that names a make variable: its line then asks for no --help (a make user typed no flag).
+VARIABLE_MARK = "\x00"
 
 
 def fail(message):

@@ -197,6 +197,28 @@ def given_flags(argv=None):
     return set(vars(parser(defaults=False).parse_args(argv)))
 
 
+def check(cfg):
+    """The trainer's checks of a Config that need no Ray and write nothing: its env is an ALE env, an s3:// run dir
+    names a bucket. The trainer runs them first; `make run` and `make submit` run them on the laptop (pongtools),
+    before anything is launched or sent. UserError (one line, exit 2) for the first that fails."""
+    from . import rollout
+
+    try:
+        rollout.check_env_id(cfg.env)
+        if cfg.run_dir.startswith("s3://"):
+            store.split_url(cfg.run_dir)
+    except (rollout.EnvError, store.StoreError) as e:
+        raise cli.UserError(str(e)) from None
+
+
+def too_many_workers(cfg, cpus):
+    """The trainer's line refusing --workers N beyond a cluster's CPUs, or None: its own check once Ray answers,
+    and `make run`'s on the laptop against the launched YAML's nodes x CPUs."""
+    if cfg.workers != "auto" and int(cfg.workers) > cpus:
+        return f"--workers {cfg.workers} is more than the cluster's {cpus} CPUs; use --workers auto or fewer"
+    return None
+
+
 def parse_args(argv=None):
     """Config from the command line, its derived fields filled: the learning rate and decay
     (Config.__post_init__) and the run dir, made absolute (or a new one under DEFAULT_RUNS). A bad
@@ -241,8 +263,8 @@ def keep_learning_rate(cfg, made_with, say=print):
 
 
 def resolve(argv, readable=lambda run_dir: run_dir.startswith("s3://")):
-    """The config the trainer will run with ARGS argv, decided here as the trainer decides it: parse_args, then,
-    where this machine can read the run dir (readable: an s3:// one; a folder on a cluster's head is not), what a
+    """The config the trainer will run with ARGS argv, decided here as the trainer decides it: parse_args, its checks
+    that need no Ray (check), then, where this machine can read the run dir (readable: an s3:// one; a folder on a cluster's head is not), what a
     resume keeps from its newest checkpoint (keep_run, keep_learning_rate). So `make run` and `make submit` cap a
     resumed run by its own batch size, and refuse a flag that it would refuse, before anything is launched. A
     run dir that cannot be read, or a checkpoint that cannot be used, is a UserError (one line, exit 2)."""
@@ -251,6 +273,7 @@ def resolve(argv, readable=lambda run_dir: run_dir.startswith("s3://")):
     from .store import StoreError
 
     cfg = parse_args(argv)
+    check(cfg)
     if not readable(cfg.run_dir):
         return cfg
     try:

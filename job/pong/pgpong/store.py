@@ -18,6 +18,14 @@ class StoreError(Exception):
     """The run directory cannot be used; one line saying why and what to do."""
 
 
+def split_url(url):
+    """(bucket, prefix) of an s3:// run dir; StoreError if it names no bucket."""
+    bucket, _, prefix = url[len("s3://") :].partition("/")
+    if not bucket:
+        raise StoreError(f"run dir {url!r} names no bucket; use s3://BUCKET/PREFIX")
+    return bucket, prefix
+
+
 def open_store(run_dir):
     if run_dir.startswith("s3://"):
         return S3Store(run_dir)
@@ -112,9 +120,7 @@ class S3Store:
     appends = False
 
     def __init__(self, url):
-        bucket, _, prefix = url[len("s3://") :].partition("/")
-        if not bucket:
-            raise StoreError(f"run dir {url!r} names no bucket; use s3://BUCKET/PREFIX")
+        bucket, prefix = split_url(url)
         self.url, self.bucket, self.prefix = url, bucket, prefix.strip("/")
         self.appended = {}
         import boto3

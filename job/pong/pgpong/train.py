@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from . import checkpoint, config, rollout
+from . import checkpoint, config
 from .cli import UserError, run
 from .learner import Learner
 from .lock import LockLost
@@ -276,13 +276,10 @@ def train(cfg, given, stop):
     """Open and lock the run dir, resume or start, connect to Ray, ask for the CPUs, start the pool,
     train. Each is closed here, in reverse order, however the run ends: the pool's actors ended, the
     CPUs given back, the lock released. The run's report.Summary, or None if stopped before training."""
+    config.check(cfg)  # the checks `make run` and `make submit` ran on the laptop too
     try:
         run = Run(cfg.run_dir)  # opened once: the trainer's store, checkpoints and metrics
     except StoreError as e:
-        raise UserError(str(e)) from None
-    try:
-        rollout.check_env_id(cfg.env)
-    except rollout.EnvError as e:
         raise UserError(str(e)) from None
     with locked(run):
         start = resume(cfg, run, given)
@@ -343,8 +340,8 @@ def start_pool(cfg, stop, out=print):
     cpus = int(ray.cluster_resources().get("CPU", 0))
     follow = cfg.workers == "auto"
     wanted = cpus if follow else int(cfg.workers)
-    if wanted > cpus and not follow:
-        raise UserError(f"--workers {wanted} is more than the cluster's {cpus} CPUs; use --workers auto or fewer")
+    if config.too_many_workers(cfg, cpus):
+        raise UserError(config.too_many_workers(cfg, cpus))
     size = max(1, min(wanted, cfg.batch_size))  # more actors than episodes would sit idle
     try:
         return RolloutPool(

@@ -101,6 +101,7 @@ def connect(address):
         if token is None and not answers(address):  # Ray refused to send no token before it asked anyone
             raise UserError(f"no Ray cluster answers at {address}; {START_HINT}") from None
         if token is None:
+            same_ray(address)
             raise UserError(
                 f"the cluster at {address} requires a token but there is none at {token_source()}; "
                 "copy the cluster's token there (docs/security.md, Token authentication)"
@@ -119,6 +120,33 @@ def connect(address):
             "both must be the version pinned in requirements.txt"
         )
     return client
+
+
+def same_ray(address):
+    """UserError unless what answers at address is a Ray dashboard of this client's Ray version, said before a token
+    is asked for: its /api/version (which a dashboard without token auth answers), else its public
+    /api/authentication_mode (one with token auth answers only that: then the caller says a token is needed)."""
+    import requests
+
+    not_ray = UserError(
+        f"{address} is not a Ray dashboard (it names no Ray version or authentication mode); {START_HINT}"
+    )
+    try:
+        answer = requests.get(address + "/api/version", timeout=10)
+        if answer.status_code in (401, 403):
+            mode = requests.get(address + "/api/authentication_mode", timeout=10).json().get("authentication_mode")
+            if mode != "token":
+                raise not_ray
+            return
+        theirs = answer.json()["ray_version"]
+    except (requests.RequestException, ValueError, KeyError, TypeError, AttributeError):
+        raise not_ray from None
+    ours = importlib.metadata.version("ray")
+    if theirs != ours:
+        raise UserError(
+            f"the cluster at {address} runs Ray {theirs} but this client has Ray {ours}; "
+            "both must be the version pinned in requirements.txt"
+        )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,6 +6,7 @@ a folder, and the port of its head's dashboard. The one reader of each, for `mak
 without these tools."""
 
 import copy
+import difflib
 import os
 import re
 from pathlib import Path
@@ -47,6 +48,64 @@ def ray_refusal(config):
     return None
 
 
+# What Ray's AWS launcher takes in a node_config beside EC2's RunInstances request: SubnetIds, which it turns into
+# each node's SubnetId (ray/autoscaler/_private/aws/node_provider.py, Ray 2.60).
+RAY_NODE_CONFIG_KEYS = {"SubnetIds": ["subnet-0"]}
+# What Ray's AWS launcher adds to each node_config before RunInstances, so the check asks for none of it.
+RAY_FILLS = {"MinCount": 1, "MaxCount": 1}
+
+
+def aws_refusal(config):
+    """What EC2 would refuse in an AWS cluster config (a dict), in one line, or None: a region botocore's endpoints do
+    not list, or a node_config that is no RunInstances request by EC2's own service model in botocore (a key it lacks,
+    a value of another type), or that names no InstanceType (the CPUs and the price come from it). For any other
+    provider, None."""
+    provider = config.get("provider") or {}
+    if provider.get("type") != "aws":
+        return None
+    from botocore.loaders import create_loader
+    from botocore.model import ServiceModel
+    from botocore.regions import EndpointResolver
+    from botocore.validate import ParamValidator
+
+    # botocore's own data files, read without a session: AWS_PROFILE and the credentials play no part here.
+    loader = create_loader()
+    endpoints = EndpointResolver(loader.load_data("endpoints"))
+    region = provider.get("region")
+    known = {
+        r
+        for partition in endpoints.get_available_partitions()
+        for r in endpoints.get_available_endpoints("ec2", partition)
+    }
+    if region not in known:
+        return f"provider.region {region!r} is no AWS region EC2 serves (e.g. us-west-2)"
+    model = ServiceModel(loader.load_service_model("ec2", "service-2"), "ec2")
+    shape = model.operation_model("RunInstances").input_shape
+    for name, node_type in (config.get("available_node_types") or {}).items():
+        node_config = node_type.get("node_config") or {}
+        if not isinstance(node_config, dict) or "InstanceType" not in node_config:
+            return f"{name}'s node_config names no InstanceType (e.g. InstanceType: c5.9xlarge)"
+        request = {**RAY_FILLS, **{k: v for k, v in node_config.items() if k not in RAY_NODE_CONFIG_KEYS}}
+        unknown = sorted(set(request) - set(shape.members))
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], shape.members, 1)
+            mean = f"; did you mean {close[0]}?" if close else ""
+            return f"{name}'s node_config has {unknown[0]}, which is no key of EC2's RunInstances request{mean}"
+        report = ParamValidator().validate(request, shape)
+        if report.has_errors():
+            return f"{name}'s node_config is no RunInstances request EC2 takes: {report.generate_report().splitlines()[-1]}"
+    return None
+
+
+def refusal(config):
+    """What Ray's launcher (ray_refusal) or EC2 (aws_refusal) says against a cluster config, or None."""
+    said = ray_refusal(config)
+    if said:
+        return f"is refused by Ray's launcher: {said}"
+    said = aws_refusal(config)
+    return f"is refused by EC2: {said}" if said else None
+
+
 def read(path):
     """The launcher config at path as a dict, once Ray's launcher would accept it. One line (UserError) when it
     is no YAML or Ray refuses it."""
@@ -63,6 +122,9 @@ def read(path):
     refused = ray_refusal(config)
     if refused:
         raise UserError(f"Ray's launcher refuses the cluster config {path}: {refused}")
+    refused = aws_refusal(config)
+    if refused:
+        raise UserError(f"EC2 would refuse the cluster config {path}: {refused}")
     return config
 
 
@@ -123,3 +185,19 @@ def backstop_marker(config):
 def mounted(config, local):
     """Where config's file_mounts put the local path (`./infra`) on its nodes, or None."""
     return next((remote for remote, there in (config.get("file_mounts") or {}).items() if there == local), None)
+
+
+def main(argv=None):
+    """`make down` and `make dashboard`: the cluster config checked (read) before Ray reads it, whose own tracebacks
+    on a bad file reach no one; prints nothing when it is good."""
+    from pgpong.cli import Parser
+
+    p = Parser(prog="cluster", description="Check a cluster launcher config as `make up` does, before Ray reads it.")
+    p.add_argument("cluster", help="the cluster YAML (CLUSTER)")
+    read(p.parse_args(argv).cluster)
+
+
+if __name__ == "__main__":
+    from pgpong.cli import run
+
+    run(main)

@@ -6,11 +6,14 @@
     pong-run --cluster cluster/aws.yaml --out runs/x -- --updates 60   # by hand (.venv/bin on PATH)
 
 Before anything is launched or written (the Makefile runs it first with --check, before the variant
-copy and the token), each mistake is one line and exit 2: ARGS the trainer's own parser refuses (its
-line), KEEP other than 0 or 1, MAX_HOURS that is not hours > 0, an open-ended job (--updates 0) without
-MAX_HOURS, a relative --run-dir, a CLUSTER that is no YAML or one Ray's launcher refuses (its
-own validator's word), an OUT that is a file or a folder that is not empty, and what a resume of a run dir
-read here (s3://) would refuse (another --batch-size than its checkpoint's).
+copy and the token), each mistake is one line and exit 2, naming the value as typed: ARGS the trainer's own
+parser or its own checks refuse (pgpong.config.check: the env, an S3 run dir's bucket; its line), a relative
+--run-dir, --workers beyond the YAML's CPUs, an S3 run dir this machine cannot read (make run reads it at the
+end), what a resume of such a run dir would refuse (another --batch-size than its checkpoint's), KEEP other than
+0 or 1, MAX_HOURS that is not hours > 0 up to a week, an open-ended job (--updates 0) without MAX_HOURS, a cap
+(MAX_HOURS, or the plan's for ARGS' updates) not below the backstop (MAX_NODE_HOURS, else the YAML's), a CLUSTER
+that is no YAML or one Ray's launcher or EC2's RunInstances model refuses, an OUT that is a file, a folder that
+is not empty, or a path where no folder can be made.
 
 The launcher names the run: the job's submission id is chosen here, and its run dir is ARGS' --run-dir or else
 ~/pong-runs/<that id> on the head, added to ARGS (name_run). The job's config is decided once, here, by the
@@ -53,16 +56,18 @@ last one's `workers_joined=N launch_failed=<type> reason=<EC2's code>`.
 
 import enum
 import importlib
+import math
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
 
 from pgpong import cli
-from pgpong.cli import Parser, UserError, checked
-from pgpong.config import DEFAULT_RUNS, DEFAULT_UPDATES
+from pgpong.cli import Parser, UserError, checked, positive
+from pgpong.config import DEFAULT_RUNS, DEFAULT_UPDATES, too_many_workers
 from pgpong.logline import fields, kv
 from pgpong.run import Run
 
@@ -70,7 +75,7 @@ from pongtools import REPO, clusterfile
 from pongtools.client import JobsClient
 from pongtools.jobs import job_line
 from pongtools.submit import asks_for_help, hours, job_packages, submission_id, submit, trainer_config
-from pongtools.timecap import default_cap
+from pongtools.timecap import HOURS_MOST, default_cap
 from pongtools.tunnel import Tunnel
 
 
@@ -378,15 +383,77 @@ def name_run(a, package):
         )
 
 
+def check_out(out):
+    """UserError unless OUT is a new folder make run can make at its end: an empty folder, or a path whose nearest
+    folder takes a new one now (one made and removed at once, so nothing is left)."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"OUT={out} is a file; pass OUT=<a new folder>")
+    if out.exists():
+        if any(out.iterdir()):
+            raise UserError(f"{out} is not empty; pass OUT=<a new folder>")
+        return
+    there = next(p for p in out.absolute().parents if p.exists())
+    if not there.is_dir():
+        raise UserError(f"OUT={out} is under the file {there}, so it cannot be made; pass OUT=<a new folder>")
+    try:
+        Path(tempfile.mkdtemp(dir=there)).rmdir()
+    except OSError as e:
+        raise UserError(
+            f"OUT={out} cannot be made in {there} ({e.strerror}); pass OUT=<a folder you can write>"
+        ) from None
+
+
+def check_s3_here(run_dir):
+    """UserError unless this machine can read an S3 run dir, which make run reads at its end (its agent)."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    session = boto3.session.Session()
+    if session.get_credentials() is None:
+        raise UserError(
+            f"--run-dir {run_dir}: make run reads the run there at its end, and this machine has no AWS credentials;"
+            " set AWS_PROFILE or AWS_ACCESS_KEY_ID (as for make preflight), or give a local --run-dir"
+        )
+    bucket = run_dir[len("s3://") :].split("/", 1)[0]
+    try:
+        session.client("s3").head_bucket(Bucket=bucket)
+    except ClientError as e:
+        code = e.response.get("Error", {}).get("Code", "?")
+        raise UserError(
+            f"--run-dir {run_dir}: make run reads the run there at its end, and S3 answers {code} to this machine"
+            " for its bucket; use a bucket your credentials can read"
+        ) from None
+    except BotoCoreError:  # no network now: the trainer and the end say so themselves
+        pass
+
+
+def check_cap(a, config, trainer):
+    """The job's time cap in hours and the fields that say where it came from: MAX_HOURS, else the plan's default
+    (pongtools.timecap). UserError where the cluster's backstop (MAX_NODE_HOURS, else the YAML's) would end every
+    node first: the cap must be below it."""
+    if a.max_hours:
+        capped, why = float(a.max_hours), {}
+        said = f"MAX_HOURS={a.max_hours}"
+    else:
+        capped, why = default_cap(trainer, *clusterfile.size(config), clusterfile.image_path(config))
+        said = f"the plan's time cap of {capped:g} hours for the job's {trainer.updates} updates (ARGS={' '.join(a.trainer_args)!r})"
+    node_hours = a.max_node_hours or (clusterfile.backstop(config) or (None,))[0]
+    if node_hours and capped >= node_hours:
+        whose = "" if a.max_node_hours else f", {a.down_cluster}'s"
+        raise UserError(
+            f"{said} is not below MAX_NODE_HOURS={node_hours:g} (the backstop{whose}): every node ends {node_hours:g}"
+            f" hours after its Ray came up, before the job's cap; pass MAX_NODE_HOURS={math.ceil(capped) + 1}, or a"
+            f" MAX_HOURS below {node_hours:g}"
+        )
+    return capped, why
+
+
 def check(a):
     """Every mistake of the command line as a UserError, before anything is launched or written;
     (the launcher config, the trainer's config of ARGS as the head will run it). Names the run (name_run)."""
     if not Path(a.cluster).is_file():
         raise UserError(f"cluster config {a.cluster} does not exist; pass CLUSTER=<file.yaml>")
-    if a.out.exists() and not a.out.is_dir():
-        raise UserError(f"OUT={a.out} is a file; pass OUT=<a new folder>")
-    if a.out.exists() and any(a.out.iterdir()):
-        raise UserError(f"{a.out} is not empty; pass OUT=<a new folder>")
+    check_out(a.out)
     config = clusterfile.read(a.cluster)
     jobs = job_packages()
     if a.job not in jobs:
@@ -396,7 +463,12 @@ def check(a):
             "ARGS ask the trainer for its help, for which make run would launch a cluster: make train ARGS=--help"
         )
     name_run(a, jobs[a.job])  # the trainer's parser's own line and exit 2 if it refuses ARGS
-    trainer = trainer_config(a.job, jobs[a.job], a.trainer_args)  # and a resume's refusal, where it is read here
+    if a.run_dir.startswith("s3://"):
+        check_s3_here(a.run_dir)
+    trainer = trainer_config(a.job, jobs[a.job], a.trainer_args)  # its checks, and a resume's refusal where read here
+    nodes, cpus = clusterfile.size(config)
+    if too_many_workers(trainer, nodes * cpus):
+        raise UserError(f"{too_many_workers(trainer, nodes * cpus)} ({a.down_cluster}'s {nodes} nodes of {cpus})")
     if trainer.updates == 0 and not a.max_hours:
         raise UserError(
             "an open-ended job (--updates 0) needs a time cap on a cluster: pass MAX_HOURS=<hours> (the head's "
@@ -407,7 +479,11 @@ def check(a):
 
 
 def main(argv=None):
-    p = Parser(prog="launch", description=__doc__.splitlines()[0])
+    p = Parser(
+        prog="launch",
+        description=__doc__.splitlines()[0],
+        variables={"keep": "KEEP", "max_hours": "MAX_HOURS", "max_node_hours": "MAX_NODE_HOURS"},
+    )
     p.add_argument("--cluster", required=True, help="the launcher config `ray up` launches (CLUSTER or its variant)")
     p.add_argument("--down-cluster", help="the config the messages name for `make down` (default: --cluster)")
     p.add_argument("--job", default="pong", help="a folder under job/ (JOB)")
@@ -420,8 +496,13 @@ def main(argv=None):
     )
     p.add_argument(
         "--max-hours",
-        type=checked(hours, "a number of hours > 0 (MAX_HOURS)"),
+        type=checked(hours, f"a number of hours > 0, at most {HOURS_MOST}"),
         help="the job's time cap (MAX_HOURS; default: from the plan for its updates, see above)",
+    )
+    p.add_argument(
+        "--max-node-hours",
+        type=checked(positive, "a number of hours > 0"),
+        help="the backstop of the launched copy (MAX_NODE_HOURS; default: the YAML's), which the cap must be below",
     )
     p.add_argument("--check", action="store_true", help="check the command line, then exit 0: launch nothing")
     p.add_argument("trainer_args", nargs="*", metavar="-- ARGS", help="passed on to the job's trainer (ARGS)")
@@ -430,15 +511,12 @@ def main(argv=None):
     a.out = a.out or REPO / "runs" / time.strftime("%Y%m%d-%H%M%S")
     a.job_id = submission_id(a.job)
     config, a.trainer = check(a)
+    capped, why = check_cap(a, config, a.trainer)
     if a.check:
         return 0
     a.cap_from = "MAX_HOURS" if a.max_hours else "plan"
-    if a.max_hours:
-        say(Stage.CAP, max_hours=a.max_hours, source=a.cap_from)
-    else:
-        capped, why = default_cap(a.trainer, *clusterfile.size(config), clusterfile.image_path(config))
-        a.max_hours = f"{capped:g}"
-        say(Stage.CAP, max_hours=a.max_hours, source=a.cap_from, **why)
+    a.max_hours = a.max_hours or f"{capped:g}"
+    say(Stage.CAP, max_hours=a.max_hours, source=a.cap_from, **why)
     launch = Launch(a, config)
     # Ctrl-C ends this command even when it was started with SIGINT ignored (as `cmd &` in a script
     # starts it), which Python would otherwise keep: the message below must come.

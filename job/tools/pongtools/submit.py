@@ -60,7 +60,7 @@ from pgpong.logline import kv
 
 from pongtools import REPO
 from pongtools.client import JobsClient, Reached, dashboard_address, last_job_file
-from pongtools.timecap import default_cap
+from pongtools.timecap import HOURS_MOST, default_cap
 
 JOBS_DIR = REPO / "job"
 
@@ -93,8 +93,8 @@ def runtime_env(job):
 
 def trainer_config(job, package, args):
     """The job's config as its trainer will run ARGS, decided by the trainer's own code (<package>.config's resolve:
-    its parser, and a resume's kept fields where the run dir can be read here): ARGS it refuses are its one line and
-    exit 2 here, before anything is launched or sent."""
+    its parser, its checks that need no Ray (the env, an S3 run dir's bucket), and a resume's kept fields where the
+    run dir can be read here): ARGS it refuses are its one line and exit 2 here, before anything is launched or sent."""
     try:
         config = importlib.import_module(f"{package}.config")  # installed by make setup (pyproject.toml)
     except ModuleNotFoundError:
@@ -110,8 +110,10 @@ def asks_for_help(args):
 
 
 def hours(text):
-    """A time cap as given (the job's metadata keeps it so), once it reads as a number of hours > 0."""
-    cli.positive(text)
+    """A time cap as given (the job's metadata keeps it so), once it reads as a number of hours > 0 and at most
+    HOURS_MOST."""
+    if cli.positive(text) > HOURS_MOST:
+        raise ValueError(text)
     return text
 
 
@@ -218,11 +220,15 @@ def submit(api, job, trainer_args, max_hours=None, cap_from="MAX_HOURS", job_id=
 
 
 def main(argv=None):
-    parser = cli.Parser(prog="submit", description="Submit job/JOB to the Ray cluster at RAY_ADDRESS.")
+    parser = cli.Parser(
+        prog="submit",
+        description="Submit job/JOB to the Ray cluster at RAY_ADDRESS.",
+        variables={"max_hours": "MAX_HOURS"},
+    )
     parser.add_argument("--wait", action="store_true", help="follow the job's logs and exit 0 only if it succeeds")
     parser.add_argument(
         "--max-hours",
-        type=cli.checked(hours, "a number of hours > 0 (MAX_HOURS)"),
+        type=cli.checked(hours, f"a number of hours > 0, at most {HOURS_MOST}"),
         help="the job's time cap, in hours: the head's autodown watcher stops the job then (MAX_HOURS)",
     )
     parser.add_argument("job", metavar="JOB", help="a folder under job/, e.g. pong")

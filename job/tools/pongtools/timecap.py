@@ -13,6 +13,9 @@ import math
 # The plan's seconds for the job, times this, for the plan's figures measured on other machines or assumed
 # (make plan says each one's kind).
 CAP_MARGIN = 2
+# The most hours a time cap (MAX_HOURS) or a node's backstop (MAX_NODE_HOURS) may say: a week. A cluster left to
+# run longer is one nobody watches; `1e9` or a slip of a zero is refused rather than billed.
+HOURS_MOST = 168
 
 
 def default_cap(trainer, nodes, cpus, path="build"):

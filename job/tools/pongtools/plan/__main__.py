@@ -36,7 +36,7 @@ def parser():
     q.add_argument("--prices", default="infra/prices.yaml", help="the price file (default infra/prices.yaml)")
     q.add_argument(
         "--usd-per-node-hour",
-        type=float,
+        type=checked(positive, "a price in USD > 0"),
         help="all one node bills an hour, instead of the cluster YAML's instance, volumes and IPv4 address",
     )
     q.add_argument(
@@ -65,7 +65,11 @@ def parser():
         "an estimate: see model.NODE_START_S)",
     )
     rate = q.add_mutually_exclusive_group()
-    rate.add_argument("--core-rate", type=float, help="agent steps/s of one core, instead of the inputs' one")
+    rate.add_argument(
+        "--core-rate",
+        type=checked(positive, "agent steps/s > 0"),
+        help="agent steps/s of one core, instead of the inputs' one",
+    )
     rate.add_argument(
         "--measure-core",
         type=at_least(1),
@@ -76,7 +80,7 @@ def parser():
     )
     q.add_argument(
         "--network-gbps",
-        type=float,
+        type=checked(positive, "Gbit/s > 0"),
         default=model.NETWORK_GBPS,
         help=f"one flow between nodes, Gbit/s (default {model.NETWORK_GBPS:g})",
     )
