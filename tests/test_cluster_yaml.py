@@ -118,9 +118,9 @@ def test_the_token_is_mounted_where_the_images_user_reads_it(path):
 @pytest.mark.parametrize("path", CLUSTER_FILES, ids=lambda p: p.name)
 def test_the_head_names_its_cluster_by_the_label_submit_reads(path):
     """The head's `ray start --labels` names the cluster by its cluster_name under the label that `make submit`,
-    `make logs` and `make status` read (pongtools.submit.CLUSTER_LABEL); the local head of local-ray.sh says
+    `make logs` and `make status` read (pongtools.client.CLUSTER_LABEL); the local head of local-ray.sh says
     local-up, so that neither is taken for the other."""
-    from pongtools.submit import CLUSTER_LABEL
+    from pongtools.client import CLUSTER_LABEL
 
     config = prepared(path)
     _, words = ray_start_env(config["head_start_ray_commands"])

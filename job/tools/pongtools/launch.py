@@ -404,9 +404,16 @@ def check_out(out):
 
 
 def check_s3_here(run_dir):
-    """UserError unless this machine can read an S3 run dir, which make run reads at its end (its agent)."""
+    """UserError unless this machine can read an S3 run dir, which make run reads at its end (its agent): first the
+    trainer's own word on the URL (pgpong.store.split_url: a bucket named), then credentials and the bucket."""
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
+    from pgpong.store import StoreError, split_url
+
+    try:
+        split_url(run_dir)
+    except StoreError as e:
+        raise UserError(str(e)) from None
 
     session = boto3.session.Session()
     if session.get_credentials() is None:
