@@ -340,8 +340,8 @@ def start_pool(cfg, stop, out=print):
     cpus = int(ray.cluster_resources().get("CPU", 0))
     follow = cfg.workers == "auto"
     wanted = cpus if follow else int(cfg.workers)
-    if config.too_many_workers(cfg, cpus):
-        raise UserError(config.too_many_workers(cfg, cpus))
+    if refused := config.too_many_workers(cfg, cpus):
+        raise UserError(refused)
     size = max(1, min(wanted, cfg.batch_size))  # more actors than episodes would sit idle
     try:
         return RolloutPool(

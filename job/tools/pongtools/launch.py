@@ -74,7 +74,7 @@ from pgpong.run import Run
 from pongtools import REPO, clusterfile
 from pongtools.client import JobsClient
 from pongtools.jobs import job_line
-from pongtools.submit import asks_for_help, hours, job_packages, submission_id, submit, trainer_config
+from pongtools.submit import asks_for_help, hours, job_package, submission_id, submit, trainer_config
 from pongtools.timecap import HOURS_MOST, default_cap
 from pongtools.tunnel import Tunnel
 
@@ -411,7 +411,7 @@ def check_s3_here(run_dir):
     from pgpong.store import StoreError, split_url
 
     try:
-        split_url(run_dir)
+        bucket, _ = split_url(run_dir)
     except StoreError as e:
         raise UserError(str(e)) from None
 
@@ -421,7 +421,6 @@ def check_s3_here(run_dir):
             f"--run-dir {run_dir}: make run reads the run there at its end, and this machine has no AWS credentials;"
             " set AWS_PROFILE or AWS_ACCESS_KEY_ID (as for make preflight), or give a local --run-dir"
         )
-    bucket = run_dir[len("s3://") :].split("/", 1)[0]
     try:
         session.client("s3").head_bucket(Bucket=bucket)
     except ClientError as e:
@@ -462,20 +461,18 @@ def check(a):
         raise UserError(f"cluster config {a.cluster} does not exist; pass CLUSTER=<file.yaml>")
     check_out(a.out)
     config = clusterfile.read(a.cluster)
-    jobs = job_packages()
-    if a.job not in jobs:
-        raise UserError(f"unknown job '{a.job}'; the jobs under job/ are: {', '.join(jobs) or 'none'}")
+    package = job_package(a.job)
     if asks_for_help(a.trainer_args):
         raise UserError(
             "ARGS ask the trainer for its help, for which make run would launch a cluster: make train ARGS=--help"
         )
-    name_run(a, jobs[a.job])  # the trainer's parser's own line and exit 2 if it refuses ARGS
+    name_run(a, package)  # the trainer's parser's own line and exit 2 if it refuses ARGS
     if a.run_dir.startswith("s3://"):
         check_s3_here(a.run_dir)
-    trainer = trainer_config(a.job, jobs[a.job], a.trainer_args)  # its checks, and a resume's refusal where read here
+    trainer = trainer_config(a.job, package, a.trainer_args)  # its checks, and a resume's refusal where read here
     nodes, cpus = clusterfile.size(config)
-    if too_many_workers(trainer, nodes * cpus):
-        raise UserError(f"{too_many_workers(trainer, nodes * cpus)} ({a.down_cluster}'s {nodes} nodes of {cpus})")
+    if refused := too_many_workers(trainer, nodes * cpus):
+        raise UserError(f"{refused} ({a.down_cluster}'s {nodes} nodes of {cpus})")
     if trainer.updates == 0 and not a.max_hours:
         raise UserError(
             "an open-ended job (--updates 0) needs a time cap on a cluster: pass MAX_HOURS=<hours> (the head's "

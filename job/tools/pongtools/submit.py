@@ -77,6 +77,14 @@ def job_packages():
     return jobs
 
 
+def job_package(job):
+    """The package of job/<job>, or the UserError naming the jobs there are."""
+    jobs = job_packages()
+    if job not in jobs:
+        raise UserError(f"unknown job '{job}'; the jobs under job/ are: {', '.join(jobs) or 'none'}")
+    return jobs[job]
+
+
 def runtime_env(job):
     """The job's runtime_env.yaml plus its folder as working dir (Ray applies its .rayignore)."""
     import yaml
@@ -199,16 +207,14 @@ def submit(api, job, trainer_args, max_hours=None, cap_from="MAX_HOURS", job_id=
     max_hours None: the plan's cap for its updates (time_cap); cap_from: what a given one came from. trainer: the
     job's config as trainer_config resolved it, where the caller already did. UserError for each mistake, before
     anything is sent or recorded."""
-    jobs = job_packages()
-    if job not in jobs:
-        raise UserError(f"unknown job '{job}'; the jobs under job/ are: {', '.join(jobs) or 'none'}")
+    package = job_package(job)
     if trainer is None and not asks_for_help(trainer_args):
-        trainer = trainer_config(job, jobs[job], trainer_args)
+        trainer = trainer_config(job, package, trainer_args)
     env = runtime_env(job)
     where = api.where()
     max_hours, cap = time_cap(max_hours, trainer, api.autodown_line(), where, cap_from)
     metadata = {"max_hours": max_hours} if max_hours is not None else None
-    entrypoint = shlex.join(["python", "-m", f"{jobs[job]}.train", *trainer_args])
+    entrypoint = shlex.join(["python", "-m", f"{package}.train", *trainer_args])
     try:
         job_id = api.client.submit_job(
             entrypoint=entrypoint, submission_id=job_id or submission_id(job), runtime_env=env, metadata=metadata
@@ -237,10 +243,8 @@ def main(argv=None):
     )
     args = parser.parse_args(argv)
     trainer_args = args.trainer_args[1:] if args.trainer_args[:1] == ["--"] else args.trainer_args
-    jobs = job_packages()  # the job and ARGS are checked before the cluster is asked anything
-    if args.job not in jobs:
-        raise UserError(f"unknown job '{args.job}'; the jobs under job/ are: {', '.join(jobs) or 'none'}")
-    trainer = None if asks_for_help(trainer_args) else trainer_config(args.job, jobs[args.job], trainer_args)
+    package = job_package(args.job)  # the job and ARGS are checked before the cluster is asked anything
+    trainer = None if asks_for_help(trainer_args) else trainer_config(args.job, package, trainer_args)
     api = JobsClient(dashboard_address())
     submitted = submit(api, args.job, trainer_args, args.max_hours, trainer=trainer)
     print(submitted.line(), flush=True)
