@@ -108,7 +108,7 @@ BIN := $(abspath $(VENV))/bin
 # `make lock` from the .in file of the same name). A layer's stamp is touched after its
 # install and made again when its lock changes, so each target installs only what it needs:
 #   INSTALLED  the job's runtime (requirements.txt), then this project's packages pgpong and pongtools with
-#              their commands (pong-run, pong-submit, pong-jobs), editable (pyproject.toml says why): every target
+#              no commands of their own (each runs as python -m), editable (pyproject.toml says why): every target
 #   TOOLS      + matplotlib and Pillow (requirements-tools.txt): make plot, make play
 #   TESTS      + pytest, moto, ruff (requirements-test.txt): make test, make lint
 INSTALLED := $(VENV)/.installed
@@ -138,9 +138,9 @@ REGIONAL = $(if $(REGION),$(VARIANT_DIR)/$(basename $(notdir $(CLUSTER)))-$(REGI
 # How every tool target runs its tool, $(PONGTOOLS).<tool>: a module of the tools package job/tools/pongtools
 # (never shipped), which imports the job's package pgpong (job/pong); both installed by `make setup`.
 PONGTOOLS = python -m pongtools
-# How logs, status, list, stop-job, capacity and release talk to the cluster's Jobs API: pong-jobs (pongtools.jobs),
+# How logs, status, list, stop-job, capacity and release talk to the cluster's Jobs API: pongtools.jobs,
 # which says each mistake (no cluster, the token, an unknown ID) in one line where Ray's CLI prints a traceback.
-JOBS_API = RAY_ADDRESS=$(RAY_ADDRESS) LAST_JOB_FILE=$(LAST_JOB_FILE) pong-jobs
+JOBS_API = RAY_ADDRESS=$(RAY_ADDRESS) LAST_JOB_FILE=$(LAST_JOB_FILE) $(PONGTOOLS).jobs
 
 # Every command below finds the venv's python and ray first, talks to clusters with
 # token authentication, and gets the thread presets (infra/threads.env is KEY=VALUE).
@@ -152,16 +152,16 @@ export $(shell sed -n 's/^\([A-Z_][A-Z0-9_]*\)=.*/\1/p' infra/threads.env)
 # One-line checks shared by several targets.
 define need-cluster-file
 if [[ ! -f "$(CLUSTER)" ]]; then \
-  echo "make: cluster config $(CLUSTER) does not exist; pass CLUSTER=<file.yaml>" >&2; exit 1; fi
+  echo "make: cluster config $(CLUSTER) does not exist; pass CLUSTER=<file.yaml>" >&2; exit 2; fi
 endef
 # Checks CLUSTER and the choices (a mistake: one line, exit 2, nothing written), writes the launched copy if
 # any choice asks for one, and prints variant's line: what is launched, its autodown and backstop.
 define write-variant
-$(write-regional) && $(BIN)/python cluster/variant.py "$(CLUSTER)" --spot "$(SPOT)" --max-usd-per-hour "$(MAX_USD_PER_HOUR)" $(if $(filter file,$(origin IMAGE)),--image-from "$(PUSHED_IMAGE_FILE)") $(if $(MIN_WORKERS),--min-workers "$(MIN_WORKERS)") $(if $(AUTODOWN),--autodown "$(AUTODOWN)") $(if $(MAX_NODE_HOURS),--max-node-hours "$(MAX_NODE_HOURS)") $(if $(IMAGE),--image "$(IMAGE)") $(if $(SIZE_NODES),--nodes "$(SIZE_NODES)") $(if $(SIZE_TYPE),--instance-type "$(SIZE_TYPE)") $(if $(REGION),--region "$(REGION)") $(if $(filter-out $(CLUSTER),$(LAUNCH)),--out "$(LAUNCH)")
+$(write-regional) && $(BIN)/python -m cluster.variant "$(CLUSTER)" --spot "$(SPOT)" --max-usd-per-hour "$(MAX_USD_PER_HOUR)" $(if $(filter file,$(origin IMAGE)),--image-from "$(PUSHED_IMAGE_FILE)") $(if $(MIN_WORKERS),--min-workers "$(MIN_WORKERS)") $(if $(AUTODOWN),--autodown "$(AUTODOWN)") $(if $(MAX_NODE_HOURS),--max-node-hours "$(MAX_NODE_HOURS)") $(if $(IMAGE),--image "$(IMAGE)") $(if $(SIZE_NODES),--nodes "$(SIZE_NODES)") $(if $(SIZE_TYPE),--instance-type "$(SIZE_TYPE)") $(if $(REGION),--region "$(REGION)") $(if $(filter-out $(CLUSTER),$(LAUNCH)),--out "$(LAUNCH)")
 endef
 # With REGION, writes REGIONAL (quietly: write-variant's line says the region); a mistake is one line, exit 2.
 define write-regional
-$(if $(REGION),$(BIN)/python cluster/variant.py "$(CLUSTER)" --region "$(REGION)" --out "$(REGIONAL)" >/dev/null,true)
+$(if $(REGION),$(BIN)/python -m cluster.variant "$(CLUSTER)" --region "$(REGION)" --out "$(REGIONAL)" >/dev/null,true)
 endef
 define say-image
 echo "image path=$(if $(IMAGE),pull image=$(IMAGE) from=$(if $(filter file,$(origin IMAGE)),$(PUSHED_IMAGE_FILE),IMAGE),build image=$(shell sed -n 's/^IMAGE=//p' infra/image.env) on=every_node)"
@@ -188,18 +188,18 @@ endef
 define make-token
 (umask 077 && $(BIN)/ray get-auth-token --generate >/dev/null) && echo "token: ~/.ray/auth_token (keep it secret: it opens the cluster's Jobs API)"
 endef
-# `make run`'s command line for pong-run (pongtools.launch), which checks it all (--check) before anything is written.
+# `make run`'s command line for pongtools.launch, which checks it all (--check) before anything is written.
 LAUNCH_ARGS = --down-cluster $(REGIONAL) --job $(JOB) $(if $(OUT),--out "$(OUT)") --keep "$(KEEP)" \
   $(if $(MAX_HOURS),--max-hours "$(MAX_HOURS)") $(if $(MAX_NODE_HOURS),--max-node-hours "$(MAX_NODE_HOURS)")
 define need-job
 if [[ -z "$(PACKAGE)" ]]; then \
-  echo "make: unknown job '$(JOB)'; the jobs under job/ are: $(JOBS)" >&2; exit 1; fi
+  echo "make: unknown job '$(JOB)'; the jobs under job/ are: $(JOBS)" >&2; exit 2; fi
 endef
 
 # `make play` and `make judge` without CHECKPOINT need an agent in SHIP_DIR
 define need-checkpoint
 if [[ -z "$(or $(CHECKPOINT),$(wildcard $(SHIP_DIR)/pong-agent.npz))" ]]; then \
-  echo "make: pass CHECKPOINT=<ckpt-NNNNNN.npz, or a run dir for its newest checkpoint>; there is no shipped agent in $(SHIP_DIR)" >&2; exit 1; fi
+  echo "make: pass CHECKPOINT=<ckpt-NNNNNN.npz, or a run dir for its newest checkpoint>; there is no shipped agent in $(SHIP_DIR)" >&2; exit 2; fi
 endef
 
 # Every variable a target reads is set above (`NAME ?=`, `NAME :=`) or in infra/threads.env, but REGION (the first-run
@@ -221,6 +221,8 @@ help: ## Show this list
 	  /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-13s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo
 	@echo "Variables: JOB=$(JOB) ARGS='$(ARGS)' CLUSTER=$(CLUSTER) RAY_ADDRESS=$(RAY_ADDRESS) VENV=$(VENV)"
+	@echo "Exit: make exits 2 when a target fails; the program's own status is the N of its 'make: *** [...] Error N'"
+	@echo "line: 2 a mistake (one line, nothing changed), 1 a failure (one line; a traceback only for a bug), 130 Ctrl-C"
 
 .PHONY: setup
 setup: $(INSTALLED) $(TOOLS) $(TESTS) ## Create the venv with every lock: runtime, tools, tests (again when a lock changes)
@@ -263,7 +265,7 @@ lint: $(TESTS) ## Check formatting and lint with ruff (settings in pyproject.tom
 demo: $(INSTALLED) ## Start the local cluster, submit a small pong run, follow it to the end
 	@$(MAKE) local-up
 	@log="$$(mktemp)"; trap 'rm -f "$$log"' EXIT; rc=0; \
-	RAY_ADDRESS=$(LOCAL_ADDRESS) LAST_JOB_FILE=$(LAST_JOB_FILE) pong-submit --wait pong -- $(DEMO_ARGS) | tee "$$log" || rc=$$?; \
+	RAY_ADDRESS=$(LOCAL_ADDRESS) LAST_JOB_FILE=$(LAST_JOB_FILE) $(PONGTOOLS).submit --wait pong -- $(DEMO_ARGS) | tee "$$log" || rc=$$?; \
 	echo "demo: the local Ray cluster is still running (dashboard $(LOCAL_ADDRESS)); stop it with: make local-down"; \
 	if [[ $$rc != 0 ]]; then echo "demo: the job did not succeed; its logs are above" >&2; exit 1; fi; \
 	if ! grep -q '^done ' "$$log"; then echo "demo: the job succeeded but printed no 'done' line" >&2; exit 1; fi
@@ -312,11 +314,11 @@ run: $(TOOLS) ## Up, submit JOB with ARGS (MAX_HOURS: its cap), follow, fetch th
 	@$(need-own-image)
 	@$(need-own-values)
 	@$(need-node-platform)
-	@LAST_JOB_FILE=$(LAST_JOB_FILE) pong-run --check --cluster $(CLUSTER) $(LAUNCH_ARGS) -- $(ARGS)
+	@LAST_JOB_FILE=$(LAST_JOB_FILE) $(PONGTOOLS).launch --check --cluster $(CLUSTER) $(LAUNCH_ARGS) -- $(ARGS)
 	@$(write-variant)
 	@$(say-image)
 	@$(make-token)
-	@LAST_JOB_FILE=$(LAST_JOB_FILE) pong-run --cluster $(LAUNCH) $(LAUNCH_ARGS) -- $(ARGS)
+	@LAST_JOB_FILE=$(LAST_JOB_FILE) $(PONGTOOLS).launch --cluster $(LAUNCH) $(LAUNCH_ARGS) -- $(ARGS)
 
 .PHONY: dashboard
 dashboard: $(INSTALLED) ## Forward the cluster's dashboard to 127.0.0.1:8265 (keep it running)
@@ -346,14 +348,14 @@ image-push: ## Push the built image (linux/amd64 only) to REGISTRY (host:port[/p
 iam: $(INSTALLED) ## Make or find the head's and workers' IAM roles and instance profiles CLUSTER names (BUCKET=: S3 run bucket)
 	@$(need-cluster-file)
 	@$(write-regional)
-	@$(BIN)/python infra/iam.py $(REGIONAL) $(if $(BUCKET),--bucket "$(BUCKET)")
+	@$(BIN)/python -m infra.iam $(REGIONAL) $(if $(BUCKET),--bucket "$(BUCKET)")
 
 .PHONY: leftovers
 leftovers: $(INSTALLED) ## List what make iam, ray up and make image-push leave in AWS: roles, profiles, key pair, security group, ECR repository (CONFIRM=1: remove)
 	@$(need-cluster-file)
 	@if [[ "$(CONFIRM)" != 0 && "$(CONFIRM)" != 1 ]]; then echo "make: CONFIRM=$(CONFIRM) is neither 0 (list) nor 1 (remove)" >&2; exit 2; fi
 	@$(write-regional)
-	@$(BIN)/python infra/leftovers.py "$(REGIONAL)" $(if $(filter 1,$(CONFIRM)),--confirm) \
+	@$(BIN)/python -m infra.leftovers "$(REGIONAL)" $(if $(filter 1,$(CONFIRM)),--confirm) \
 	  --remove-with "make leftovers CONFIRM=1$(if $(filter-out cluster/aws.yaml,$(CLUSTER)), CLUSTER=$(CLUSTER))$(if $(REGION), REGION=$(REGION))"
 
 .PHONY: preflight
@@ -362,7 +364,7 @@ preflight: $(INSTALLED) ## Check CLUSTER (SPOT, MIN_WORKERS as for up) against y
 	@$(need-own-image)
 	@$(need-own-values)
 	@$(write-variant)
-	@$(BIN)/python infra/preflight.py "$(LAUNCH)" --full "$(CLUSTER)"
+	@$(BIN)/python -m infra.preflight "$(LAUNCH)" --full "$(CLUSTER)"
 
 .PHONY: token
 token: $(INSTALLED) ## Create the cluster token ~/.ray/auth_token unless it exists (ray up copies it to every node)
@@ -376,7 +378,7 @@ docker-engine: ## Install Docker, debootstrap, sshd (not started), ssh, rsync if
 
 .PHONY: submit
 submit: $(INSTALLED) ## Submit job/JOB with ARGS (MAX_HOURS: its time cap); prints its id and the commands to follow it
-	@RAY_ADDRESS=$(RAY_ADDRESS) LAST_JOB_FILE=$(LAST_JOB_FILE) pong-submit $(if $(MAX_HOURS),--max-hours "$(MAX_HOURS)") $(JOB) -- $(ARGS)
+	@RAY_ADDRESS=$(RAY_ADDRESS) LAST_JOB_FILE=$(LAST_JOB_FILE) $(PONGTOOLS).submit $(if $(MAX_HOURS),--max-hours "$(MAX_HOURS)") $(JOB) -- $(ARGS)
 
 .PHONY: logs
 logs: $(INSTALLED) ## Follow the logs of the latest submission (or ID=...) until it ends
@@ -422,14 +424,14 @@ plan: $(INSTALLED) ## Project NODES x CPUS at BATCH: seconds per update, $ an ho
 
 .PHONY: plan-inputs
 plan-inputs: $(INSTALLED) ## Rebuild the plan's inputs: episode lengths from RUN's metrics (and FRESH's first update), milestones of the MILESTONES runs
-	@if [[ -z "$(RUN)$(MILESTONES)$(FRESH)" ]]; then echo "make: pass RUN=<run dir> (a trainer's --run-dir or an exported run), MILESTONES=<run dirs>, FRESH=<run dir>, or several" >&2; exit 1; fi
+	@if [[ -z "$(RUN)$(MILESTONES)$(FRESH)" ]]; then echo "make: pass RUN=<run dir> (a trainer's --run-dir or an exported run), MILESTONES=<run dirs>, FRESH=<run dir>, or several" >&2; exit 2; fi
 	$(PONGTOOLS).plan inputs $(if $(RUN),--run "$(RUN)") $(if $(FRESH),--fresh "$(FRESH)") $(foreach m,$(MILESTONES),--milestones "$(m)") $(ARGS)
 
 ##@ Watch a run (on this machine; RUN and CHECKPOINT may be on S3)
 
 .PHONY: plot
 plot: $(TOOLS) ## Learning curves of RUN in one PNG (RUN/curve.png): reward, episode length, steps/s
-	@if [[ -z "$(RUN)" ]]; then echo "make: pass RUN=<run dir>, the trainer's --run-dir (a folder or s3://bucket/prefix)" >&2; exit 1; fi
+	@if [[ -z "$(RUN)" ]]; then echo "make: pass RUN=<run dir>, the trainer's --run-dir (a folder or s3://bucket/prefix)" >&2; exit 2; fi
 	$(PONGTOOLS).plot "$(RUN)" $(ARGS)
 
 .PHONY: play
@@ -444,7 +446,7 @@ judge: $(TOOLS) ## Does CHECKPOINT (default: the shipped agent) beat the built-i
 
 .PHONY: ship
 ship: $(TOOLS) ## Export RUN's newest checkpoint (or CHECKPOINT=) as the agent in SHIP_DIR; draw its curve and a game
-	@if [[ -z "$(RUN)" ]]; then echo "make: pass RUN=<run dir>, the trainer's --run-dir of the run to ship" >&2; exit 1; fi
+	@if [[ -z "$(RUN)" ]]; then echo "make: pass RUN=<run dir>, the trainer's --run-dir of the run to ship" >&2; exit 2; fi
 	$(PONGTOOLS).ship "$(RUN)" --out $(SHIP_DIR) $(if $(CHECKPOINT),--checkpoint "$(CHECKPOINT)") $(ARGS)
 	$(PONGTOOLS).plot $(SHIP_DIR) --out $(IMAGES_DIR)/agent-curve.png
 	$(PONGTOOLS).play $(SHIP_DIR) --games 1 --out $(IMAGES_DIR)/agent-game.gif
@@ -457,7 +459,7 @@ sweep: $(INSTALLED) ## Train each BATCH:RATE[:DECAY] of SWEEP to EPISODES episod
 
 .PHONY: compare
 compare: $(INSTALLED) ## Running reward of the run dirs RUNS at AT episodes (ARGS=--markdown for a table)
-	@if [[ -z "$(RUNS)" ]]; then echo "make: pass RUNS=\"<run dir> ...\", e.g. RUNS=\"$$(echo $(SWEEP_ROOT)/*)\"" >&2; exit 1; fi
+	@if [[ -z "$(RUNS)" ]]; then echo "make: pass RUNS=\"<run dir> ...\", e.g. RUNS=\"$$(echo $(SWEEP_ROOT)/*)\"" >&2; exit 2; fi
 	$(PONGTOOLS).compare $(RUNS) --at $(AT) $(ARGS)
 
 ##@ The docs

@@ -10,8 +10,8 @@ MAX_NODE_HOURS, IMAGE, NODES=N, TYPE=T or REGION=R.
     make up NODES=2 TYPE=c5.4xlarge # 2 nodes of 8 cores (EC2's DefaultCores of c5.4xlarge): fits 32 vCPUs
     make preflight SPOT=1           # checks the same copy: spot quota, spot price in each zone
     make up REGION=us-east-1        # in us-east-1, in its zones that offer the instance types (EC2 says which)
-    .venv/bin/python cluster/variant.py cluster/aws.yaml --spot 1 --out /tmp/aws-spot.yaml
-    .venv/bin/python cluster/variant.py cluster/aws.yaml   # no --out: checks it, writes nothing
+    .venv/bin/python -m cluster.variant cluster/aws.yaml --spot 1 --out /tmp/aws-spot.yaml
+    .venv/bin/python -m cluster.variant cluster/aws.yaml   # no --out: checks it, writes nothing
 
 The YAML stays the one source of every choice: it holds an on-demand worker type
 (ray.worker.default, with the workers) and spot ones (ray.worker.spot and its kin, whose node_config
@@ -50,11 +50,10 @@ import copy
 import math
 import re
 import shlex
-import sys
 from pathlib import Path
 
 import yaml
-from pgpong.cli import Parser, UserError, at_least, checked, non_negative, positive, run
+from pgpong.cli import Failure, Parser, UserError, at_least, checked, non_negative, positive, run
 from pgpong.logline import kv
 from pongtools import REPO
 from pongtools.clusterfile import AUTODOWN, autodown_minutes, backstop, backstop_steps, refusal
@@ -112,10 +111,6 @@ def variant(config, spot, min_workers=None):
     return config, chosen
 
 
-class TypeMistake(ValueError):
-    """A TYPE that names no instance type EC2 offers: said without the YAML's name."""
-
-
 # An EC2 instance type's name, family.size: c5.9xlarge, c5d.4xlarge, m7i-flex.large.
 INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
 NUM_CPUS = re.compile(r"--num-cpus=\d+")
@@ -124,9 +119,9 @@ NUM_CPUS = re.compile(r"--num-cpus=\d+")
 def size_types(config, instance_type):
     """{node type: instance type} of a copy of TYPE=instance_type: it for the head and for every worker type of
     the head's instance type, and each other worker type's family at its size (c5d.9xlarge -> c5d.4xlarge for
-    c5.4xlarge). ValueError if it is no instance type's name."""
+    c5.4xlarge). UserError if it is no instance type's name."""
     if not INSTANCE_TYPE.match(instance_type):
-        raise TypeMistake(f"TYPE={instance_type} is no EC2 instance type's name (family.size, e.g. c5.4xlarge)")
+        raise UserError(f"TYPE={instance_type} is no EC2 instance type's name (family.size, e.g. c5.4xlarge)")
     types = config.get("available_node_types", {})
     head = types.get(config.get("head_node_type"), {}).get("node_config", {}).get("InstanceType")
     size = instance_type.split(".", 1)[1]
@@ -166,18 +161,18 @@ OBJECT_STORE_SHARE = 0.3
 
 
 def fits(instance_type, info):
-    """TypeMistake unless a node of instance_type (its DescribeInstanceTypes entry) can run the trainer: no GPU,
+    """UserError unless a node of instance_type (its DescribeInstanceTypes entry) can run the trainer: no GPU,
     which it would never use, and the memory for a rollout actor on each of its cores."""
     gpus = sum(g.get("Count", 0) for g in (info.get("GpuInfo") or {}).get("Gpus", []))
     if info.get("GpuInfo"):
-        raise TypeMistake(
+        raise UserError(
             f"TYPE={instance_type} is a GPU type ({gpus} GPUs); the trainer plays and learns on CPUs only, so the GPUs"
             " would bill unused: take a CPU type such as c5.4xlarge"
         )
     cores, mib = info["VCpuInfo"]["DefaultCores"], info.get("MemoryInfo", {}).get("SizeInMiB", 0)
     need = cores * ACTOR_MIB + NODE_MIB
     if need > mib * (1 - OBJECT_STORE_SHARE):
-        raise TypeMistake(
+        raise UserError(
             f"TYPE={instance_type} has {mib} MiB, and its {cores} rollout actors need about {need} MiB beside Ray's"
             f" object store ({cores} x {ACTOR_MIB} + {NODE_MIB}): take a type with more memory, such as c5.large"
         )
@@ -200,7 +195,7 @@ def sized(config, nodes=None, types=None, cores=None):
         head_type = types[head]
         if head_type not in cores:
             region = config["provider"]["region"]
-            raise TypeMistake(
+            raise UserError(
                 f"TYPE={head_type} is no instance type EC2 offers in {region}; see `aws ec2 describe-instance-types`"
             )
         for name in list(types_):
@@ -408,10 +403,6 @@ def read_cluster(path):
     return config
 
 
-class AwsError(Exception):
-    """EC2 could not be asked (no credentials, no network, a refusal): a failure, exit 1."""
-
-
 # An AWS region's name: us-east-1, eu-central-2, ap-southeast-4, us-gov-west-1.
 REGION_NAME = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
 
@@ -424,7 +415,7 @@ def with_region(config, region):
             f"is no AWS cluster (provider type {(config.get('provider') or {}).get('type')}): REGION moves AWS clusters only"
         )
     if not REGION_NAME.match(region):
-        raise TypeMistake(f"REGION={region} is no AWS region's name (e.g. us-east-1, eu-west-1)")
+        raise UserError(f"REGION={region} is no AWS region's name (e.g. us-east-1, eu-west-1)")
     config = copy.deepcopy(config)
     config["provider"] = {**config["provider"], "region": region}
     config["provider"].pop("availability_zone", None)
@@ -461,19 +452,19 @@ def offering_zones(region, instance_types, client=None):
 
 def with_zones(config):
     """A copy of a with_region config whose provider.availability_zone is every zone of its region that offers all
-    the instance types it launches, in name order (the order Ray tries them). EC2 out of reach: AwsError."""
+    the instance types it launches, in name order (the order Ray tries them). EC2 out of reach: Failure."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     region, types = config["provider"]["region"], launched_types(config)
     try:
         zones = offering_zones(region, types)
     except (BotoCoreError, ClientError) as error:  # no credentials, no network, a refusal
-        raise AwsError(
+        raise Failure(
             f"cannot ask EC2 in {region} for the zones of {','.join(types)} ({error.__class__.__name__}: {error});"
             " check your AWS credentials, as for `make preflight`"
         ) from None
     if not zones:
-        raise TypeMistake(f"no zone of {region} offers {' and '.join(types)}; pick another REGION (or TYPE)")
+        raise UserError(f"no zone of {region} offers {' and '.join(types)}; pick another REGION (or TYPE)")
     config = copy.deepcopy(config)
     config["provider"]["availability_zone"] = ",".join(zones)
     return config
@@ -490,7 +481,7 @@ def with_size(config, nodes, instance_type):
         try:
             infos = ec2_types(region, set(types.values()))
         except (BotoCoreError, ClientError) as error:  # no credentials, no network, a refusal
-            raise AwsError(
+            raise Failure(
                 f"cannot ask EC2 in {region} for the cores of {instance_type} ({error.__class__.__name__}: {error});"
                 " check your AWS credentials, as for `make preflight`"
             ) from None
@@ -565,26 +556,17 @@ def main(argv=None):
         raise UserError(
             f"cannot read the cluster config {a.cluster} ({error.__class__.__name__}); pass CLUSTER=<file.yaml>"
         ) from None
-    except (TypeMistake, CostMistake) as error:
-        raise UserError(str(error)) from None
     except ValueError as error:
         raise UserError(f"{a.cluster} {error}") from None
-    except AwsError as error:  # a failure, not a mistake: one line, exit 1
-        print(f"variant: {error}", file=sys.stderr)
-        return 1
     if a.out:
         write(made, a)
     report(made, node_type, size, a)
 
 
-class CostMistake(ValueError):
-    """A size that costs more an hour than MAX_USD_PER_HOUR: said without the YAML's name."""
-
-
 def affordable(made, a):
-    """CostMistake unless the nodes the launched copy may start cost at most a.max_usd_per_hour an hour on demand,
+    """UserError unless the nodes the launched copy may start cost at most a.max_usd_per_hour an hour on demand,
     by infra/prices.yaml (a type or region it does not list: not checked here; make preflight says its price)."""
-    from pongtools.plan.report import PlanError, price_of
+    from pongtools.plan.output import price_of
 
     types = made.get("available_node_types") or {}
     head = (types.get(made.get("head_node_type")) or {}).get("node_config", {}).get("InstanceType")
@@ -592,13 +574,13 @@ def affordable(made, a):
         return
     try:
         price = price_of(a.cluster, REPO / "infra" / "prices.yaml", head)
-    except PlanError:
+    except UserError:
         return
     nodes, _ = most_nodes(made)
     usd = nodes * price.usd_per_node_hour
     if usd > a.max_usd_per_hour:
         what = f"NODES={a.nodes}" if a.nodes is not None else f"{a.cluster}'s {nodes} nodes"
-        raise CostMistake(
+        raise UserError(
             f"{what} of {head} cost USD {usd:.2f} an hour on demand ({price.source}), over MAX_USD_PER_HOUR="
             f"{a.max_usd_per_hour:g}; pass MAX_USD_PER_HOUR={math.ceil(usd)} to launch them all the same, or fewer NODES"
         )
@@ -677,7 +659,7 @@ def report(made, node_type, size, a):
 
 
 def entry():
-    """`python cluster/variant.py` (make up, make run, make preflight): main under the one exit contract."""
+    """`python -m cluster.variant` (make up, make run, make preflight): main under the one exit contract."""
     run(main)
 
 

@@ -3,8 +3,8 @@ nodes use; run it once per account, and again after editing a policy file (it is
 
     make iam                                   # CLUSTER=cluster/aws.yaml
     make iam BUCKET=my-runs                    # the head may also read and write s3://my-runs (an S3 --run-dir)
-    .venv/bin/python infra/iam.py cluster/aws.yaml --bucket my-runs    # the same, by hand
-    .venv/bin/python infra/iam.py cluster/aws.yaml --table             # the policies, no AWS
+    .venv/bin/python -m infra.iam cluster/aws.yaml --bucket my-runs    # the same, by hand
+    .venv/bin/python -m infra.iam cluster/aws.yaml --table             # the policies, no AWS
 
 The names come from the YAML: the head's node_config names the head's profile (IamInstanceProfile: {Name:
 ...}), the workers' node_configs the worker's; each role is named as its profile. The rights come from the
@@ -338,7 +338,7 @@ def main(argv=None):
 
 
 def entry():
-    """`python infra/iam.py` (make iam): main under the one exit contract (pgpong.cli.run)."""
+    """`python -m infra.iam` (make iam): main under the one exit contract (pgpong.cli.run)."""
     cli.run(main, "iam")
 
 

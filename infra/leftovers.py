@@ -3,7 +3,7 @@
     make leftovers                      # lists them, one line each: nothing is removed
     make leftovers CONFIRM=1            # removes them (the cluster must be down)
     make leftovers REGION=us-east-1     # those of the cluster moved there
-    .venv/bin/python infra/leftovers.py cluster/aws.yaml [--confirm]
+    .venv/bin/python -m infra.leftovers cluster/aws.yaml [--confirm]
 
 What it looks for, in the cluster YAML's region (what `make iam`, `ray up` and `make image-push` make):
 
@@ -23,14 +23,14 @@ removes nothing (exit 1): `make down` first. A mistake (a bad flag, no cluster f
 """
 
 import re
-import sys
 from pathlib import Path
 
-import iam as iam_setup  # infra/iam.py, beside this file: the names and tags `make iam` gives
 import yaml
 from pgpong import cli  # the one CLI helper: one-line mistakes, exit 2 (installed by make setup)
-from pgpong.cli import UserError
+from pgpong.cli import Failure, UserError
 from pgpong.logline import kv  # the one key=value formatter
+
+from infra import iam as iam_setup  # infra/iam.py: the names, tags and policies `make iam` gives
 
 IMAGE_ENV = Path(__file__).with_name("image.env")
 RAY = "ray-autoscaler"  # the prefix of what Ray's AWS bootstrap names (ray/autoscaler/_private/aws/config.py)
@@ -200,20 +200,15 @@ def main(argv=None):
     except NoCredentialsError:
         raise UserError("no AWS credentials: run `aws configure`, or set AWS_PROFILE") from None
     except (ClientError, BotoCoreError) as error:
-        print(
-            f"leftovers: AWS refused a read ({error}); run it as an identity that may (infra/iam/laptop-policy.json)",
-            file=sys.stderr,
-        )
-        return 1
+        raise Failure(
+            f"AWS refused a read ({error}); run it as an identity that may (infra/iam/laptop-policy.json)"
+        ) from None
     if live:
         print(
             kv("leftovers", status="refused", cluster=found.name, region=found.region, instances=",".join(live)),
             flush=True,
         )
-        print(
-            f"leftovers: {len(live)} instances of cluster {found.name} are up; run `make down` first", file=sys.stderr
-        )
-        return 1
+        raise Failure(f"{len(live)} instances of cluster {found.name} are up; run `make down` first")
     removed = failed = 0
     for kind, name, fields, remove in found.found:
         status = "found" if remove else "kept"
@@ -227,13 +222,13 @@ def main(argv=None):
     summary = dict(status="FAIL" if failed else "ok", cluster=found.name, region=found.region, found=len(found.found))
     summary["removed"] = removed
     if not args.confirm and any(remove for *_, remove in found.found):
-        summary["remove_with"] = args.remove_with or f"python infra/leftovers.py {args.cluster} --confirm"
+        summary["remove_with"] = args.remove_with or f"python -m infra.leftovers {args.cluster} --confirm"
     print(kv("leftovers", **summary, note="your S3 bucket of runs is not looked at"))
     return 1 if failed else 0
 
 
 def entry():
-    """`python infra/leftovers.py` (make leftovers): main under the one exit contract (pgpong.cli.run)."""
+    """`python -m infra.leftovers` (make leftovers): main under the one exit contract (pgpong.cli.run)."""
     cli.run(main, "leftovers")
 
 

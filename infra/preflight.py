@@ -2,7 +2,7 @@
 
     make preflight                                          # CLUSTER=cluster/aws.yaml
     make preflight NODES=2 TYPE=c5.4xlarge                  # the copy `make up` launches of that size
-    .venv/bin/python infra/preflight.py cluster/aws.yaml    # the same, by hand
+    .venv/bin/python -m infra.preflight cluster/aws.yaml    # the same, by hand
 
 Reads the YAML as `ray up` does (Ray's defaults filled in, Ray's validator run) and asks
 AWS, with read-only calls, whether `ray up` can get what the YAML asks for:
@@ -60,7 +60,6 @@ import re
 from pathlib import Path
 
 import boto3
-import iam as iam_setup  # infra/iam.py, beside this file: the policies `make iam` gives the profiles
 import yaml
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, ProfileNotFound
@@ -69,6 +68,8 @@ from pgpong import cli  # the one CLI helper: one-line mistakes, exit 2 (install
 from pgpong.cli import UserError
 from pgpong.logline import kv  # the one key=value formatter
 from pongtools.prices import beside_instance  # what a node bills beside its instance: make plan counts it too
+
+from infra import iam as iam_setup  # infra/iam.py: the names, tags and policies `make iam` gives
 
 # Hourly on-demand prices, with their source: the file `make plan` reads too.
 PRICES = Path(__file__).with_name("prices.yaml")
@@ -918,7 +919,7 @@ def main(argv=None):
 
 
 def entry():
-    """`python infra/preflight.py` (make preflight): main under the one exit contract (pgpong.cli.run)."""
+    """`python -m infra.preflight` (make preflight): main under the one exit contract (pgpong.cli.run)."""
     cli.run(main, "preflight")
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from harness import REPO, clean_env, fields, only, run
 from harness.runs import trainer_env
-from pgpong.run import AGENT_FILE, Run
+from pgpong.rundir import AGENT_FILE, RunDir
 from pongtools import compare, judge
 
 pytestmark = pytest.mark.slow
@@ -30,8 +30,8 @@ def shipped(tiny_run, tmp_path_factory):
 def test_ship_writes_float16_weights_that_play_and_the_whole_metrics(tiny_run, shipped):
     out, agent_dir, images = shipped
     [line] = map(fields, only(out, "ship "))
-    original = Run(tiny_run[1]).load("ckpt-000001.npz")
-    agent = Run(agent_dir).load_weights(AGENT_FILE)
+    original = RunDir(tiny_run[1]).load("ckpt-000001.npz")
+    agent = RunDir(agent_dir).load_weights(AGENT_FILE)
     assert agent.cache is None and agent.update == original.update == int(line["update"])
     assert agent.config == original.config and agent.running_reward == original.running_reward
     for k, w in original.params.items():
@@ -41,8 +41,8 @@ def test_ship_writes_float16_weights_that_play_and_the_whole_metrics(tiny_run, s
     shipped_metrics = [
         json.loads(x) for x in gzip.decompress((agent_dir / "metrics.jsonl.gz").read_bytes()).splitlines()
     ]
-    assert shipped_metrics == Run(tiny_run[1]).metrics()
-    assert Run(agent_dir).metrics() == shipped_metrics  # make plot RUN=<agent folder> reads them
+    assert shipped_metrics == RunDir(tiny_run[1]).metrics()
+    assert RunDir(agent_dir).metrics() == shipped_metrics  # make plot RUN=<agent folder> reads them
     assert (images / "agent-curve.png").stat().st_size > 0 and (images / "agent-game.gif").stat().st_size > 0
     [played] = map(fields, only(out, "play "))
     assert played["checkpoint"] == str(agent_dir / AGENT_FILE) and played["games"] == "1"
@@ -65,9 +65,9 @@ def test_the_committed_agents_load_whole_and_play(folder, batch_size, tmp_path):
     A trained agent scores: an untrained one takes 0-2 points a game off the built-in AI, these won 169
     and 163 of 200 games (docs/history.md)."""
     shipped = REPO / "job" / "tools" / "runs" / folder
-    agent = Run(shipped).load_weights(AGENT_FILE)
+    agent = RunDir(shipped).load_weights(AGENT_FILE)
     assert agent.cache is None and agent.config["batch_size"] == batch_size, agent.config
-    assert [m["update"] for m in Run(shipped).metrics()] == list(range(1, agent.update + 1))
+    assert [m["update"] for m in RunDir(shipped).metrics()] == list(range(1, agent.update + 1))
     chosen = [] if folder == "agent" else [f"CHECKPOINT={shipped}"]
     made = make("play", "GAMES=1", *chosen, f"ARGS=--out {tmp_path / 'g.gif'}")
     assert made.returncode == 0, made.stdout + made.stderr
@@ -132,7 +132,7 @@ def test_ship_metrics_only_keeps_what_a_comparison_reads_and_no_weights(tiny_run
     assert sorted(p.name for p in out.iterdir()) == ["metrics.jsonl.gz", "run.json"]
     [line] = map(fields, only(proc.stdout, "ship "))
     assert (line["agent"], line["run_record"]) == ("none", str(out / "run.json"))
-    original, lean = Run(tiny_run[1]), Run(out)
+    original, lean = RunDir(tiny_run[1]), RunDir(out)
     assert lean.config() == (original.config()[0], "config of run.json")
     assert lean.metrics() == original.metrics()
     assert compare.summary(lean, [2]) == compare.summary(original, [2]) | {"run": "lean"}
@@ -142,8 +142,8 @@ def test_ship_metrics_only_keeps_what_a_comparison_reads_and_no_weights(tiny_run
 
 
 def test_compare_reads_each_runs_reward_at_the_milestones(tiny_run):
-    records = Run(tiny_run[1]).metrics()
-    row = compare.summary(Run(tiny_run[1]), [1, 2, 3])
+    records = RunDir(tiny_run[1]).metrics()
+    row = compare.summary(RunDir(tiny_run[1]), [1, 2, 3])
     assert row["batch_size"] == 2 and row["episodes"] == 2 and row["updates"] == 1
     assert row[1] == row[2] == (records[0]["running_reward"], 1) and row[3] is None
     made = make("compare", f"RUNS={tiny_run[1]}", "AT=1,5")
@@ -174,7 +174,7 @@ def test_compare_puts_batch_sizes_side_by_side_by_episodes_and_by_updates(tmp_pa
     assert made.returncode == 0, made.stderr
     lines = {ln["batch_size"]: ln for ln in map(fields, only(made.stdout, "compare "))}
     for batch, path in zip(("50", "300"), runs, strict=True):
-        records = Run(path).metrics()
+        records = RunDir(path).metrics()
         assert lines[batch]["at_update_5"] == f"{records[4]['running_reward']:.2f}"
         assert lines[batch]["at_1500"] == "{:.2f}@u{}".format(*compare.at_episodes(records, 1500))
         assert lines[batch]["rmsprop_start"] == "zero"  # made before the field: pg-pong's
@@ -199,7 +199,7 @@ def test_sweep_trains_each_setting_to_the_episodes_then_resumes_with_nothing_lef
     sweeps = [fields(x) for x in only(first.stdout, "sweep run=")]
     assert [(s["batch_size"], s["updates"], s["left"]) for s in sweeps] == [("2", "2", "2"), ("3", "1", "1")]
     for name, batch, updates, decay in (("b2-lr0.001", 2, 2, 0.99), ("b3-lr0.002-d0.9", 3, 1, 0.9)):
-        run = Run(root / name)
+        run = RunDir(root / name)
         state = run.load(run.checkpoints()[0])
         assert (state.update, state.episodes, state.config["batch_size"]) == (updates, batch * updates, batch)
         assert (state.config["rmsprop_start"], state.config["rmsprop_decay"]) == ("zero", decay)

@@ -20,12 +20,13 @@ import sys
 import time
 import uuid
 
-import autodown  # infra/autodown.py (pytest's pythonpath)
 import pytest
 from harness import JOB_DIR, RAY, REPO, fields, run
 from harness.aws import iam_user, moto_with_iam, use_aws
 from harness.cluster import job, logs, stop_job, two_node_cluster, wait_for, wait_until_done
 from harness.runs import TINY
+
+from infra import autodown
 
 IDLE_MINUTES = 0.1  # 6 s
 JOB_S = 15  # longer than IDLE_MINUTES: a running job must hold the cluster up past it

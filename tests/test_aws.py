@@ -56,8 +56,8 @@ from harness.aws import (
     serve_ec2_quota,
 )
 
-PREFLIGHT = REPO / "infra" / "preflight.py"
-VARIANT = REPO / "cluster" / "variant.py"
+PREFLIGHT = [sys.executable, "-m", "infra.preflight"]  # as make runs them, at the repo root
+VARIANT = [sys.executable, "-m", "cluster.variant"]
 SPOT_TYPES = ["ray.worker.spot", "ray.worker.spot.c5d", "ray.worker.spot.c5n"]  # in the order they are tried
 WORKER_TYPES = ["ray.worker.default", *SPOT_TYPES]
 
@@ -108,7 +108,7 @@ def make_preflight(tmp_path, *variables):
 
 def preflight(env, cluster=AWS_YAML):
     result = subprocess.run(
-        [sys.executable, str(PREFLIGHT), str(cluster)],
+        [*PREFLIGHT, str(cluster)],
         env=env,
         cwd=REPO,
         capture_output=True,
@@ -385,7 +385,7 @@ def write_variant(tmp_path, *args):
     """A copy of cluster/aws.yaml as the Makefile writes it (`make up SPOT=1`: --spot 1); (its path, its line)."""
     out = tmp_path / "aws-variant.yaml"
     made = run(
-        [sys.executable, str(VARIANT), str(AWS_YAML), *args, "--out", str(out)],
+        [*VARIANT, str(AWS_YAML), *args, "--out", str(out)],
         clean_env(),
         timeout=60,
     )
@@ -722,7 +722,7 @@ def test_a_copy_of_the_default_size_is_cluster_aws_yaml(aws):
 
     out = aws.home / "copy.yaml"
     made = run(
-        [sys.executable, str(VARIANT), str(AWS_YAML), "--nodes", "11", "--instance-type", "c5.9xlarge", "--out", out],
+        [*VARIANT, str(AWS_YAML), "--nodes", "11", "--instance-type", "c5.9xlarge", "--out", out],
         clean_env(),
         timeout=60,
     )
@@ -800,7 +800,7 @@ def test_two_c5_4xlarge_fit_32_vcpus_and_launch_as_planned(aws, monkeypatch, tmp
 def test_a_size_ec2_does_not_know_is_one_line_and_nothing_written(aws, tmp_path, args, status, message):
     out = tmp_path / "copy.yaml"
     made = run(
-        [sys.executable, str(VARIANT), str(AWS_YAML), *args, "--out", str(out)],
+        [*VARIANT, str(AWS_YAML), *args, "--out", str(out)],
         clean_env(),
         timeout=60,
     )
@@ -812,11 +812,9 @@ def test_a_size_ec2_does_not_know_is_one_line_and_nothing_written(aws, tmp_path,
 def test_a_size_without_aws_credentials_fails_in_one_line(aws, tmp_path):
     env = {k: v for k, v in clean_env().items() if not k.startswith("AWS_ACCESS_KEY")}
     out = tmp_path / "copy.yaml"
-    made = run([sys.executable, str(VARIANT), str(AWS_YAML), "--instance-type", "c5.4xlarge", "--out", out], env)
+    made = run([*VARIANT, str(AWS_YAML), "--instance-type", "c5.4xlarge", "--out", out], env)
     assert made.returncode == 1 and made.stdout == "", made.stdout + made.stderr
-    assert made.stderr.startswith(
-        "variant: cannot ask EC2 in us-west-2 for the cores of c5.4xlarge (NoCredentialsError"
-    )
+    assert made.stderr.startswith("error: cannot ask EC2 in us-west-2 for the cores of c5.4xlarge (NoCredentialsError")
     assert len(made.stderr.splitlines()) == 1 and not out.exists(), made.stderr
 
 
@@ -912,7 +910,7 @@ def test_one_region_variable_moves_the_zones_the_image_iam_preflight_and_the_pri
 def test_a_region_that_is_no_aws_region_is_one_line_and_nothing_written(aws, tmp_path, region, message):
     cluster = "cluster/local.yaml" if region == "us-east-1" else str(AWS_YAML)
     out = tmp_path / "copy.yaml"
-    made = run([sys.executable, str(VARIANT), cluster, "--region", region, "--out", str(out)], clean_env(), timeout=60)
+    made = run([*VARIANT, cluster, "--region", region, "--out", str(out)], clean_env(), timeout=60)
     assert (made.returncode, made.stdout) == (2, ""), made.stdout + made.stderr
     assert message in made.stderr and len(made.stderr.splitlines()) == 1, made.stderr
     assert not out.exists()

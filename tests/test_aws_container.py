@@ -37,12 +37,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from autodown import fields as autodown_fields  # infra/autodown.py (pytest's pythonpath)
 from harness import REPO, clean_env, read_env_file, run
 from harness.launched import dashboard_get
 from ray.autoscaler._private.command_runner import _with_interactive
 from ray.autoscaler._private.docker import docker_start_cmds, with_docker_exec
 from ray.autoscaler.sdk import get_docker_host_mount_location
+
+from infra.autodown import fields as autodown_fields
 
 AWS_YAML = yaml.safe_load((REPO / "cluster" / "aws.yaml").read_text())
 CLUSTER_NAME = AWS_YAML["cluster_name"]

@@ -48,13 +48,14 @@ from shlex import quote
 
 import pytest
 import yaml
-from autodown import fields as autodown_fields  # infra/autodown.py (pytest's pythonpath)
 from harness import REPO, VENV_BIN, clean_env, fields, pasted, printed_commands, run
 from harness.hosts import APT_LOCKS, LOGIN_UID
 from harness.launched import Launched, lan_of_hosts, lines_of, updates_of, wait_until
 from harness.launcher import clear, tail
 from ray.autoscaler.sdk import get_docker_host_mount_location
-from variant import AUTODOWN_COMMAND, with_max_node_hours  # cluster/variant.py (pytest's pythonpath)
+
+from cluster.variant import AUTODOWN_COMMAND, with_max_node_hours
+from infra.autodown import fields as autodown_fields
 
 AWS_YAML_PATH = REPO / "cluster" / "aws.yaml"
 AWS_YAML = yaml.safe_load(AWS_YAML_PATH.read_text())

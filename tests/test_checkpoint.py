@@ -13,14 +13,14 @@ import pytest
 from harness import REPO
 from harness.runs import make_state
 from pgpong import checkpoint, policy
-from pgpong.run import Run
+from pgpong.rundir import RunDir
 
 
 def test_round_trip_keeps_everything_needed_to_resume(tmp_path):
     state = make_state(7, seed=3)
-    path = Run(tmp_path).save(state)
+    path = RunDir(tmp_path).save(state)
     assert os.path.basename(path) == "ckpt-000007.npz"
-    back = Run(tmp_path).load_latest({"env": "Pong-v0"})
+    back = RunDir(tmp_path).load_latest({"env": "Pong-v0"})
     for k in ("W1", "W2"):
         assert np.array_equal(back.params[k], state.params[k])
         assert np.array_equal(back.cache[k], state.cache[k])
@@ -32,7 +32,7 @@ def test_round_trip_keeps_everything_needed_to_resume(tmp_path):
 
 
 def test_keeps_only_the_newest_checkpoints(tmp_path):
-    run = Run(tmp_path)
+    run = RunDir(tmp_path)
     for u in range(1, 6):
         run.save(make_state(u), keep=3)
     assert run.checkpoints() == [
@@ -42,7 +42,7 @@ def test_keeps_only_the_newest_checkpoints(tmp_path):
     ]
 
 
-# The winning run's checkpoint, written by the trainer before Run existed (and before rmsprop_steps).
+# The winning run's checkpoint, written by the trainer before RunDir existed (and before rmsprop_steps).
 # The tree held it until the batch-300 run's checkpoint took its place (one full checkpoint at a time);
 # git's history still does.
 OLD_LAYOUT = "16cc4266d14ae22657ce67d8db97ed46240ad55e", "job/tools/runs/win-b50-lr0.002/ckpt-000370.npz"
@@ -62,10 +62,10 @@ def test_a_committed_checkpoint_reads_and_writes_back_in_the_same_layout(tmp_pat
     """Every array of the old file comes back, and the file written again holds the same members,
     each array's bytes unchanged; its meta adds only the step count the old one implied."""
     old_dir, name = committed_old_checkpoint(tmp_path / "old")
-    assert Run(old_dir).checkpoints() == [name]
-    state = Run(old_dir).load(name)
+    assert RunDir(old_dir).checkpoints() == [name]
+    state = RunDir(old_dir).load(name)
     assert (state.update, state.rmsprop_steps, state.config["batch_size"]) == (370, 370, 50)
-    again = Run(tmp_path).save(state)
+    again = RunDir(tmp_path).save(state)
     with zipfile.ZipFile(old_dir / name) as old, zipfile.ZipFile(again) as new:
         assert old.namelist() == new.namelist()
         assert [m.compress_type for m in old.infolist()] == [m.compress_type for m in new.infolist()]
@@ -82,14 +82,14 @@ def writer(run_dir, then):
         import os, resource, signal, sys
         import numpy as np
         from pgpong import checkpoint, policy
-        from pgpong.run import Run
+        from pgpong.rundir import RunDir
         from pgpong.store import StoreError
 
         def state(update):
             params = policy.init_params(np.random.default_rng(update))
             return checkpoint.State(params, params, update, config={{"env": "Pong-v0"}})
 
-        run = Run({str(run_dir)!r})
+        run = RunDir({str(run_dir)!r})
         run.save(state(1))
         {then}
         try:
@@ -108,7 +108,7 @@ def test_a_write_that_fails_midway_leaves_the_previous_checkpoint_as_latest(tmp_
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"StoreError: cannot write {tmp_path}/ckpt-000002.npz: File too large"
     assert os.listdir(tmp_path) == ["ckpt-000001.npz"]  # no half file under either name
-    assert Run(tmp_path).load_latest({"env": "Pong-v0"}).update == 1
+    assert RunDir(tmp_path).load_latest({"env": "Pong-v0"}).update == 1
 
 
 def test_a_writer_killed_inside_the_final_rename_leaves_the_previous_checkpoint_whole(tmp_path):
@@ -116,7 +116,7 @@ def test_a_writer_killed_inside_the_final_rename_leaves_the_previous_checkpoint_
     die = "os.replace = lambda src, dst: os.kill(os.getpid(), signal.SIGKILL)"
     proc = subprocess.run([sys.executable, "-c", writer(tmp_path, die)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)  # it died in the rename
-    run = Run(tmp_path)
+    run = RunDir(tmp_path)
     assert run.checkpoints() == ["ckpt-000001.npz"]
     state = run.load("ckpt-000001.npz")
     assert state.update == 1
@@ -133,13 +133,13 @@ def truncate(path):
 
 
 def test_a_truncated_only_checkpoint_is_an_error_naming_the_file(tmp_path):
-    truncate(Run(tmp_path).save(make_state(3)))
+    truncate(RunDir(tmp_path).save(make_state(3)))
     with pytest.raises(checkpoint.CheckpointError, match="ckpt-000003.npz.*corrupt.*no usable checkpoint"):
-        Run(tmp_path).load_latest({"env": "Pong-v0"})
+        RunDir(tmp_path).load_latest({"env": "Pong-v0"})
 
 
 def test_a_corrupt_newest_checkpoint_is_reported_and_the_previous_one_used(tmp_path):
-    run = Run(tmp_path)
+    run = RunDir(tmp_path)
     run.save(make_state(2, seed=2))
     truncate(run.save(make_state(3, seed=3)))
     warnings = []
@@ -150,26 +150,26 @@ def test_a_corrupt_newest_checkpoint_is_reported_and_the_previous_one_used(tmp_p
 
 
 def test_flipped_bytes_are_caught_by_the_zip_checksum(tmp_path):
-    path = Run(tmp_path).save(make_state(3))
+    path = RunDir(tmp_path).save(make_state(3))
     with open(path, "r+b") as f:
         f.seek(os.path.getsize(path) // 2)
         f.write(b"\xff" * 64)
     with pytest.raises(checkpoint.CheckpointError, match="ckpt-000003.npz"):
-        Run(tmp_path).load("ckpt-000003.npz")
+        RunDir(tmp_path).load("ckpt-000003.npz")
 
 
 def test_a_checkpoint_from_another_env_is_refused(tmp_path):
-    Run(tmp_path).save(make_state(2, env="ALE/Pong-v5"))
+    RunDir(tmp_path).save(make_state(2, env="ALE/Pong-v5"))
     with pytest.raises(checkpoint.CheckpointError, match="ckpt-000002.npz.*env='ALE/Pong-v5'"):
-        Run(tmp_path).load_latest({"env": "Pong-v0"})
+        RunDir(tmp_path).load_latest({"env": "Pong-v0"})
 
 
 def test_empty_run_dir_means_a_fresh_start(tmp_path):
-    assert Run(tmp_path / "nothing-here").load_latest({"env": "Pong-v0"}) is None
+    assert RunDir(tmp_path / "nothing-here").load_latest({"env": "Pong-v0"}) is None
 
 
 def test_trim_metrics_drops_updates_after_the_checkpoint_and_a_cut_line(tmp_path):
-    run = Run(tmp_path)
+    run = RunDir(tmp_path)
     for u in (1, 2, 3):
         run.append_metrics({"update": u})
     with open(tmp_path / "metrics.jsonl", "a") as f:

@@ -48,25 +48,33 @@ def test_a_bad_flag_to_any_tool_is_one_line_and_exit_2(target, needs, prog):
 
 
 # Every program, by the module whose main it runs: the laptop's tools (pongtools), the job's (pgpong), and the
-# scripts of cluster/ and infra/ (imported here as pytest's pythonpath gives them, pyproject.toml).
+# helpers of cluster/ and infra/, each as `python -m` runs it at the repo root.
 PROGRAMS = [
     *(f"pongtools.{name}" for name in ("launch", "submit", "jobs", "bench", "compare", "judge", "play", "plot")),
-    *(f"pongtools.{name}" for name in ("ship", "sweep", "samples", "plan.__main__")),
+    *(f"pongtools.{name}" for name in ("ship", "sweep", "samples", "plan.__main__", "up_failed", "clusterfile")),
     "pgpong.train",
     "pgpong.capacity",
-    "variant",
-    "preflight",
-    "iam",
-    "autodown",
+    "cluster.variant",
+    "infra.preflight",
+    "infra.iam",
+    "infra.leftovers",
+    "infra.autodown",
 ]
-ENDINGS = {"mistake": (2, "UserError"), "failure": (1, "RuntimeError"), "interrupt": (130, "KeyboardInterrupt")}
+# How a program ends: a mistake (pgpong.cli.UserError), a failure it can say (pgpong.cli.Failure), a bug (any
+# other exception), Ctrl-C.
+ENDINGS = {
+    "mistake": (2, "UserError"),
+    "failure": (1, "Failure"),
+    "bug": (1, "RuntimeError"),
+    "interrupt": (130, "KeyboardInterrupt"),
+}
 
 
 @pytest.mark.parametrize("ending", ENDINGS)
 @pytest.mark.parametrize("module", PROGRAMS)
 def test_every_program_ends_by_the_one_exit_contract(module, ending, monkeypatch, capsys):
-    """Each program's entry (its console script or `__main__`) runs its main under pgpong.cli.run: a UserError
-    is its one line and 2, any other exception its traceback and 1, Ctrl-C 130."""
+    """Each program's entry (its `__main__`) runs its main under pgpong.cli.run: a UserError is its one line and 2,
+    a Failure its one line and 1, any other exception its traceback and 1, Ctrl-C 130."""
     import importlib
     import sys
 
@@ -74,7 +82,12 @@ def test_every_program_ends_by_the_one_exit_contract(module, ending, monkeypatch
 
     status, kind = ENDINGS[ending]
     program = importlib.import_module(module)
-    raised = {"UserError": cli.UserError, "RuntimeError": RuntimeError, "KeyboardInterrupt": KeyboardInterrupt}[kind]
+    raised = {
+        "UserError": cli.UserError,
+        "Failure": cli.Failure,
+        "RuntimeError": RuntimeError,
+        "KeyboardInterrupt": KeyboardInterrupt,
+    }[kind]
 
     def main(argv=None):
         raise raised("what went wrong")
@@ -85,9 +98,9 @@ def test_every_program_ends_by_the_one_exit_contract(module, ending, monkeypatch
         program.entry()
     assert ended.value.code == status, (module, ending)
     err = capsys.readouterr().err
-    if ending == "mistake":
+    if ending in ("mistake", "failure"):
         assert len(err.splitlines()) == 1 and err.endswith(": what went wrong\n"), err
-    elif ending == "failure":
+    elif ending == "bug":
         assert "Traceback" in err and err.endswith("RuntimeError: what went wrong\n"), err
     else:
         assert "Traceback" not in err, err
@@ -95,7 +108,7 @@ def test_every_program_ends_by_the_one_exit_contract(module, ending, monkeypatch
 
 @pytest.mark.parametrize("module", PROGRAMS)
 def test_every_program_runs_its_entry_as_main(module):
-    """`python -m pongtools.x` and `python cluster/variant.py` run entry(), the one wrapper, and nothing else."""
+    """`python -m pongtools.x` and `python -m cluster.variant` run entry(), the one wrapper, and nothing else."""
     import ast
     import importlib.util
 
@@ -106,7 +119,7 @@ def test_every_program_runs_its_entry_as_main(module):
 
 
 def test_ctrl_c_is_130_without_a_traceback(tmp_path):
-    """A real SIGINT to a program under pgpong.cli.run (pong-jobs logs, following a cluster that never answers:
+    """A real SIGINT to a program under pgpong.cli.run (pongtools.jobs logs, following a cluster that never answers:
     a TCP port that accepts and says nothing)."""
     import os
     import signal
@@ -125,7 +138,7 @@ def test_ctrl_c_is_130_without_a_traceback(tmp_path):
             PYTHONFAULTHANDLER="1",  # a SIGABRT then prints every thread's stack: where it hangs, if it does
         )
         proc = subprocess.Popen(
-            [str(VENV_BIN / "pong-jobs"), "logs"],
+            [str(VENV_BIN / "python"), "-m", "pongtools.jobs", "logs"],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

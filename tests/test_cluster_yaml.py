@@ -189,7 +189,7 @@ def write_variant(tmp_path, *args, cluster="cluster/aws.yaml"):
     """cluster/variant.py on a cluster file as the Makefile runs it: (process, the config it wrote)."""
     out = tmp_path / "variant.yaml"
     made = run(
-        [sys.executable, str(REPO / "cluster" / "variant.py"), cluster, *args, "--out", str(out)],
+        [sys.executable, "-m", "cluster.variant", cluster, *args, "--out", str(out)],
         clean_env(),
         timeout=60,
     )
@@ -229,7 +229,7 @@ def autodown_commands(config):
 
 @pytest.mark.parametrize("path, minutes", [("aws.yaml", 20), ("local.yaml", 0)])
 def test_each_yaml_starts_autodown_on_the_head_after_ray_as_make_up_autodown_writes_it(path, minutes):
-    from variant import AUTODOWN_COMMAND
+    from cluster.variant import AUTODOWN_COMMAND
 
     config = prepared(REPO / "cluster" / path)
     # After Ray (the watcher asks its Jobs API), once, with the default the YAML's comment justifies:
@@ -259,7 +259,8 @@ def test_local_yaml_takes_autodown_too(tmp_path):
     made = run(
         [
             sys.executable,
-            str(REPO / "cluster" / "variant.py"),
+            "-m",
+            "cluster.variant",
             "cluster/local.yaml",
             "--autodown",
             "30",
@@ -450,7 +451,8 @@ def test_make_up_whose_ray_up_fails_says_what_still_runs_and_how_to_end_it_in_on
     tmp_path, variables, launched, said
 ):
     """`make up` when `ray up` fails after launching nodes: one line says what may still bill, when it ends by
-    itself (the launched copy's backstop) and how to end it now, and make fails."""
+    itself (the launched copy's backstop) and how to end it now, and make fails: make's own 2, the program's 1 (a
+    failure, not a mistake) in make's Error line."""
     venv = venv_whose_ray_fails(tmp_path / "venv")
     variant_dir = tmp_path / "variant"
     made = run(
@@ -459,7 +461,7 @@ def test_make_up_whose_ray_up_fails_says_what_still_runs_and_how_to_end_it_in_on
         timeout=120,
     )
     launched = launched.format(variant_dir=variant_dir)
-    assert made.returncode != 0, made.stdout + made.stderr
+    assert made.returncode == 2 and "] Error 1" in made.stderr, made.stdout + made.stderr
     assert (venv / "ray-calls").read_text().splitlines()[-1] == f"up -y {launched}"
     lines = [line for line in made.stderr.splitlines() if line.startswith("up:")]
     assert lines == [f"up: `ray up -y {launched}` failed; {said.format(variant_dir=variant_dir)}"], made.stderr
@@ -477,8 +479,8 @@ def test_without_out_variant_checks_the_yaml_and_prints_what_make_up_launches(tm
     backstop, writing nothing."""
     path = REPO / "cluster" / cluster
     made = run(
-        [sys.executable, str(REPO / "cluster" / "variant.py"), str(path), "--spot", "0"],
-        clean_env(),
+        [sys.executable, "-m", "cluster.variant", str(path), "--spot", "0"],
+        clean_env(PYTHONPATH=str(REPO)),  # run elsewhere than the repo root, so that what it writes would show
         timeout=60,
         cwd=tmp_path,
     )
@@ -545,7 +547,7 @@ def test_an_image_variant_pulls_the_image_in_place_of_the_build(tmp_path, cluste
     ],
 )
 def test_image_names_are_checked_with_dockers_reference_grammar(image, accepted):
-    from variant import is_docker_reference
+    from cluster.variant import is_docker_reference
 
     assert is_docker_reference(image) is accepted
 
@@ -593,7 +595,7 @@ def test_every_aws_node_ends_itself_soon_unless_its_ray_comes_up_then_after_max_
     assert not [name for name, t in types.items() if {"initialization_commands", "docker"} & t.keys()], types
     # From the first boot too, before SSH: every type's UserData is the script variant writes for the step's
     # minutes, which powers the node off 40 minutes after its boot.
-    from variant import boot_backstop
+    from cluster.variant import boot_backstop
 
     booted = {name: t["node_config"].get("UserData") for name, t in types.items()}
     assert booted == dict.fromkeys(types, boot_backstop(hours, minutes)), booted

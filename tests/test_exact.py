@@ -1,11 +1,13 @@
 """Gradient sums are exact: the same seed gives the same weights bit for bit, whatever the
 worker count or the order in which actors, nodes and replays contributed."""
 
+import hashlib
+
 import numpy as np
 import pytest
 from harness.runs import assert_same_run, read_metrics, train_locally
 from pgpong import policy, rollout
-from pgpong.run import Run
+from pgpong.rundir import RunDir
 
 
 def played(runner, params, episodes, update=1, seed=5):
@@ -60,15 +62,34 @@ def train(run_dir, workers):
     return run_dir
 
 
+# The sha256 of train()'s update 3 (weights and RMSProp cache, digest() below), as main e5c8dae wrote it on
+# 2026-12-06 (`python -m pgpong.train` with train()'s flags and 1 worker, AMD EPYC, Python 3.11, numpy of
+# requirements.txt): a refactor that changes one bit of the learning fails here.
+UPDATE_3_SHA256 = "3fd0706e93270f741e9cbc34cf1c5655acd1ce78e214c93e2829ca58ea1eca81"
+
+
+def digest(state):
+    """sha256 over a checkpoint's weights and RMSProp cache: each array's name, dtype, shape and bytes."""
+    h = hashlib.sha256()
+    for part in ("params", "cache"):
+        for name, array in sorted(getattr(state, part).items()):
+            a = np.ascontiguousarray(array)
+            h.update(f"{part}/{name}/{a.dtype.str}/{a.shape}".encode())
+            h.update(a.tobytes())
+    return h.hexdigest()
+
+
 @pytest.mark.slow
 def test_one_and_two_workers_give_bitwise_identical_checkpoints(tmp_path):
-    """Also the same episodes: each update's rewards and lengths, episode by episode."""
+    """Also the same episodes: each update's rewards and lengths, episode by episode; and the bits of an earlier
+    main (UPDATE_3_SHA256)."""
     one, two = train(tmp_path / "one", 1), train(tmp_path / "two", 2)
     assert_same_run(one, two)  # weights, RMSProp cache, counters and every update's results
+    assert digest(RunDir(one).load("ckpt-000003.npz")) == UPDATE_3_SHA256
     assert len(set(read_metrics(one)[0]["episode_steps"])) > 1  # the episodes of an update differ from each other
     # the weights did move: three updates at lr 1e-3 are not a no-op
     start = policy.init_params(np.random.default_rng(11))
-    assert not np.array_equal(Run(one).load("ckpt-000003.npz").params["W2"], start["W2"])
+    assert not np.array_equal(RunDir(one).load("ckpt-000003.npz").params["W2"], start["W2"])
 
 
 def test_the_seed_decides_the_episodes():
@@ -93,7 +114,7 @@ def test_each_update_draws_its_own_random_numbers(tmp_path):
     proc = train_locally(*args, "--run-dir", str(run_dir))
     assert proc.returncode == 0, proc.stderr[-3000:]
     start = policy.init_params(np.random.default_rng(7))
-    last = Run(run_dir).load("ckpt-000002.npz").params
+    last = RunDir(run_dir).load("ckpt-000002.npz").params
     assert all(last[k].tobytes() == start[k].tobytes() for k in start)  # update 2 played update 1's weights
     first, second = read_metrics(run_dir)
     assert first["episode_steps"] != second["episode_steps"], (first, second)

@@ -318,7 +318,7 @@ def test_a_full_disk_mid_run_ends_in_one_line_and_keeps_the_last_good_checkpoint
     full disk would): update 3's checkpoint (10 MB) cannot be written."""
     import resource
 
-    from pgpong.run import Run
+    from pgpong.rundir import RunDir
 
     run_dir = tmp_path / "run"
     training = Training(*UNTIL_STOPPED, "--run-dir", str(run_dir), stderr_path=tmp_path / "stderr")
@@ -333,13 +333,13 @@ def test_a_full_disk_mid_run_ends_in_one_line_and_keeps_the_last_good_checkpoint
     )
     assert not [line for line in out.splitlines() if line.startswith("update=3 ")]
     assert sorted(os.listdir(run_dir)) == ["ckpt-000001.npz", "ckpt-000002.npz", "metrics.jsonl"]  # no temp file
-    assert Run(run_dir).load_latest({"env": "Pong-v0"}).update == 2
+    assert RunDir(run_dir).load_latest({"env": "Pong-v0"}).update == 2
 
 
 @pytest.mark.slow
 def test_s3_credentials_revoked_mid_run_end_it_in_one_line_keeping_the_last_good_checkpoint(tmp_path, monkeypatch):
     import boto3
-    from pgpong.run import Run
+    from pgpong.rundir import RunDir
 
     server, endpoint = moto_with_iam(tmp_path)
     training = None
@@ -367,7 +367,7 @@ def test_s3_credentials_revoked_mid_run_end_it_in_one_line_keeping_the_last_good
             code, err, "s3://runs/run", "InvalidAccessKeyId", "the last good checkpoint is of update 2"
         )
         assert not [line for line in out.splitlines() if line.startswith("update=3 ")]
-        run = Run("s3://runs/run")  # with the admin's keys, which still work
+        run = RunDir("s3://runs/run")  # with the admin's keys, which still work
         assert run.checkpoints()[0] == "ckpt-000002.npz", run.checkpoints()
         assert run.load(run.checkpoints()[0]).update == 2
     finally:
@@ -386,13 +386,13 @@ def test_an_error_our_code_raises_in_the_actors_stops_the_run_after_one_replay_a
     the fixed point's limit) makes rollout.py raise GradientOverflow inside every actor. That is
     replayed once, as a fault would be; the same episode failing so again stops the run in one line,
     with the run dir as it was."""
-    from pgpong.run import Run
+    from pgpong.rundir import RunDir
 
     run_dir = tmp_path / "run"
     args = ["--batch-size", "2", "--workers", "2", "--run-dir", str(run_dir)]
     made = train_locally(*args, "--updates", "1")
     assert made.returncode == 0, made.stderr[-3000:]
-    run = Run(run_dir)
+    run = RunDir(run_dir)
     state = run.load(run.checkpoints()[0])
     state.params["W1"] *= np.float32(1e9)
     state.params["W2"][:] = 0

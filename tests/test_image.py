@@ -18,8 +18,9 @@ import subprocess
 import sys
 
 import pytest
-from check_image import read_lock  # infra/check_image.py (pytest's pythonpath)
 from harness import REPO, THREADS, missing, read_env_file
+
+from infra.check_image import read_lock
 
 BUILD_TIMEOUT_S = 1800
 

@@ -61,7 +61,8 @@ from harness.launched import (
 from harness.launcher import clear, tail
 from harness.runs import assert_same_run, train_locally
 from ray.autoscaler.sdk import get_docker_host_mount_location
-from variant import AUTODOWN_COMMAND  # cluster/variant.py (pytest's pythonpath)
+
+from cluster.variant import AUTODOWN_COMMAND
 
 HOSTS = ["head", "worker1", "worker2"]
 JOIN_TIMEOUT_S = 600

@@ -456,9 +456,9 @@ def test_a_resumed_run_is_capped_and_checked_by_its_own_checkpoint(tmp_path, mon
     config; a --batch-size the resume would refuse is refused here, one line, before `ray up`."""
     from harness.runs import make_state
     from pgpong.cli import UserError
-    from pgpong.run import Run
+    from pgpong.rundir import RunDir
 
-    made = Run("s3://runs/resumed")
+    made = RunDir("s3://runs/resumed")
     made.prepare()
     made.save(make_state(3))  # batch_size 4
     made.close()
@@ -489,9 +489,9 @@ def test_a_resumed_run_is_capped_and_checked_by_its_own_checkpoint(tmp_path, mon
 def test_the_run_is_fetched_whole_by_the_name_the_launcher_gave(tmp_path, monkeypatch, capsys):
     """The launcher names the run dir (~/pong-runs/<submission id>) and fetches that folder whole with `ray rsync-down`
     (here a `ray` on PATH that copies from a made-up head's home); the newest checkpoint is the trainer's own reader's
-    (pgpong.run.Run), not a listing parsed. A run dir that never came says so in one line, and no agent."""
+    (pgpong.rundir.RunDir), not a listing parsed. A run dir that never came says so in one line, and no agent."""
     from harness.runs import make_state
-    from pgpong.run import Run
+    from pgpong.rundir import RunDir
 
     head_home, bin_dir = tmp_path / "head-home", tmp_path / "bin"
     bin_dir.mkdir()
@@ -510,7 +510,7 @@ def test_the_run_is_fetched_whole_by_the_name_the_launcher_gave(tmp_path, monkey
     launch.name_run(a, "pgpong")
     assert a.run_dir == "~/pong-runs/pong-20261206-000000-abcdef" and a.trainer_args == ["--run-dir", a.run_dir]
 
-    on_head = Run(str(head_home / "pong-runs" / a.job_id))
+    on_head = RunDir(str(head_home / "pong-runs" / a.job_id))
     on_head.prepare()
     for update in (1, 2, 3, 4):
         on_head.save(make_state(update))

@@ -117,13 +117,13 @@ def test_the_heads_programs_need_nothing_of_the_laptops_tools():
 def test_every_kept_run_reads_as_a_run():
     """Each folder of job/tools/runs/ holds metrics and weights, or a comparison run's run.json
     (pongtools.ship --metrics-only), that a tool can read (make plot RUN=...)."""
-    from pgpong.run import RUN_RECORD, Run
+    from pgpong.rundir import RUN_RECORD, RunDir
 
     kept = lambda f: f.endswith(".npz") or f.endswith("/" + RUN_RECORD)  # noqa: E731
     runs = sorted({(REPO / f).parent for f in tree() if f.startswith("job/tools/runs/") and kept(f)})
     assert len(runs) >= 11, runs  # the shipped agent, nine learning-rate runs, the winning run
     for folder in runs:
-        run = Run(folder)
+        run = RunDir(folder)
         records = run.metrics()
         config, _ = run.config()
         assert records and records[-1]["update"] >= 1 and config.get("batch_size") == records[0]["episodes"], folder
@@ -134,14 +134,14 @@ def test_every_kept_run_reads_as_a_run():
 def test_every_run_record_counts_what_its_metrics_hold():
     """A kept run's run.json (pongtools.ship --metrics-only) holds the counters of its last update: as many
     updates, episodes and env steps as its metrics, and one RMSProp step an update (train.py steps once each)."""
-    from pgpong.run import RUN_RECORD, Run
+    from pgpong.rundir import RUN_RECORD, RunDir
 
     records = sorted((REPO / f).parent for f in tree() if f.startswith("job/tools/runs/") and f.endswith(RUN_RECORD))
     assert len(records) >= 11, records
     wrong = []
     for folder in records:
         record = json.loads((folder / RUN_RECORD).read_text())
-        metrics = Run(folder).metrics()
+        metrics = RunDir(folder).metrics()
         counted = {
             "update": metrics[-1]["update"],
             "episodes": sum(m["episodes"] for m in metrics),

@@ -7,7 +7,7 @@ import math
 import pytest
 from harness import REPO
 from pgpong import config
-from pgpong.run import Run
+from pgpong.rundir import RunDir
 from pongtools import compare
 
 with open(config.RATES_FILE) as f:
@@ -24,7 +24,7 @@ def run_id(e):
 def test_every_figure_of_the_table_is_its_runs_committed_metrics(entry):
     """The table is what the runs measured: recomputed here from each run's committed metrics and
     config, at the episodes its rule compares runs of that batch size."""
-    run = Run(REPO / entry["run"])
+    run = RunDir(REPO / entry["run"])
     records = run.metrics()
     made_with = config.OPTIMIZER_BEFORE_FIELDS | run.config()[0]  # runs from before the fields: pg-pong's
     for key in ("batch_size", "learning_rate", "seed", "rmsprop_start", "rmsprop_decay"):

@@ -66,7 +66,8 @@ from harness.launcher import (
     with_descendants,
 )
 from harness.processes import PORT_ATTEMPTS, free_port, with_new_ports
-from variant import with_autodown  # cluster/variant.py (pytest's pythonpath)
+
+from cluster.variant import with_autodown
 
 JOB_ARGS = "--batch-size 2 --updates 1"
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"

@@ -12,11 +12,12 @@ import importlib.metadata
 import re
 
 import pytest
-from check_image import read_lock  # infra/check_image.py (pytest's pythonpath)
 from harness import REPO
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
+
+from infra.check_image import read_lock
 
 INPUTS = sorted(REPO.glob("requirements*.in"))
 

@@ -14,8 +14,8 @@ import yaml
 from harness import REPO, clean_env, fields, only, run
 from harness.runs import train_locally
 from pgpong.report import progress
-from pgpong.run import Run
-from pongtools.plan import calibration, endtoend, inputs, milestones, model, report
+from pgpong.rundir import RunDir
+from pongtools.plan import calibration, endtoend, inputs, milestones, model, output
 
 # What `python -m pongtools.plan calibrate` measured here: a batch-10 and a batch-300 run of the
 # trainer, and beside them, the whole time, a probe process playing episodes (its rate).
@@ -327,7 +327,7 @@ def test_the_report_prints_the_projection_and_the_price_it_is_given():
         "hours_to_win_same_updates": 1.0,
     }
     lines = []
-    report.report(found, "the-inputs.json", result, [stage], report.given_price(2.5), out=lines.append)
+    output.report(found, "the-inputs.json", result, [stage], output.given_price(2.5), out=lines.append)
     by_kind = {line.split("=", 1)[0].split()[0]: fields(line) for line in lines}
     assert by_kind["plan"]["inputs"] == "the-inputs.json" and by_kind["plan"]["actors"] == "32"
     assert by_kind["stage"]["seconds_per_update"] == "10"
@@ -337,7 +337,7 @@ def test_the_report_prints_the_projection_and_the_price_it_is_given():
     )
     assert by_kind["dollars_to_win"]["dollars_to_win"] == "10" and by_kind["hours_to_win"]["updates_to_win"] == "360"
     lines.clear()
-    report.report(found, "x", result | {"hours_to_win": None}, [stage], report.given_price(2.5), out=lines.append)
+    output.report(found, "x", result | {"hours_to_win": None}, [stage], output.given_price(2.5), out=lines.append)
     assert [fields(line)["dollars_to_win"] for line in lines if line.startswith("dollars_to_win=")] == ["unknown"]
 
 
@@ -452,7 +452,7 @@ def test_milestones_of_the_batch_50_run_are_its_metrics(tmp_path):
     assert two["update"] == 194 and play == {**two, "update": 195, "episodes": 9750, "env_steps": play["env_steps"]} | {
         "source": "results.md"
     }
-    records = Run(str(SHIPPED_RUN)).metrics()
+    records = RunDir(str(SHIPPED_RUN)).metrics()
     assert records[126]["running_reward"] >= 0 > max(r["running_reward"] for r in records[:126])
     assert found["measured_to"]["update"] == 383 and found["config"]["batch_size"] == 50
 
@@ -957,7 +957,7 @@ def test_a_fresh_start_plays_its_first_update_with_a_fresh_policys_episode_lengt
     keeps the lengths of the committed batch-300 run's update 1 (mean 1,367), and the plan projects a run's
     first update from them, not from batch 50's first 500 episodes (mean 1,583, learning already)."""
     run300 = REPO / "job" / "tools" / "runs" / "b300-lr0.01-d0.94"
-    first = Run(run300).metrics()[0]
+    first = RunDir(run300).metrics()[0]
     copy = tmp_path / "plan_inputs.json"
     copy.write_text(pathlib.Path(inputs.INPUTS).read_text())
     fresh = "job/tools/runs/b300-lr0.01-d0.94"  # as the committed inputs name it, from the repo's root
@@ -985,7 +985,16 @@ def test_make_plan_of_a_size_plans_the_cluster_make_up_launches(aws, tmp_path, s
     nodes, instance_type = size
     copy_path = tmp_path / "copy.yaml"
     made = run(
-        [sys.executable, "cluster/variant.py", "cluster/aws.yaml", "--nodes", nodes, "--instance-type", instance_type]
+        [
+            sys.executable,
+            "-m",
+            "cluster.variant",
+            "cluster/aws.yaml",
+            "--nodes",
+            nodes,
+            "--instance-type",
+            instance_type,
+        ]
         + ["--out", str(copy_path)],
         clean_env(),
         timeout=60,

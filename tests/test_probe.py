@@ -25,14 +25,12 @@ ECR = "123456789012.dkr.ecr.{region}.amazonaws.com/pong-on-ray:x"
 
 
 def recording_venv(folder):
-    """A venv for `make VENV=...`: this one's python and console scripts, and a `ray` that records each call."""
+    """A venv for `make VENV=...`: this one's python, and a `ray` that records each call."""
     bin_ = folder / "bin"
     bin_.mkdir(parents=True)
     (bin_ / "uv").write_text("#!/bin/bash\nexit 1\n")  # never run: the stamps below are newer than the locks
     (bin_ / "python").write_text(f'#!/bin/bash\nexec {sys.executable} "$@"\n')
     (bin_ / "ray").write_text(f'#!/bin/bash\necho "$*" >> {folder}/ray-calls\n')
-    for script, module in [("pong-run", "launch"), ("pong-submit", "submit"), ("pong-jobs", "jobs")]:
-        (bin_ / script).write_text(f'#!/bin/bash\nexec {sys.executable} -m pongtools.{module} "$@"\n')
     for tool in bin_.iterdir():
         tool.chmod(0o755)
     for stamp in (".installed", ".installed-tools", ".installed-test"):
@@ -297,7 +295,16 @@ CASES = {
         "/proc/pong-variants",
     ),
     "traceback-variant-out-unwritable": (
-        lambda t, s: [sys.executable, "cluster/variant.py", "cluster/aws.yaml", "--spot", "1", "--out", "/proc/x.yaml"],
+        lambda t, s: [
+            sys.executable,
+            "-m",
+            "cluster.variant",
+            "cluster/aws.yaml",
+            "--spot",
+            "1",
+            "--out",
+            "/proc/x.yaml",
+        ],
         {},
         "/proc/x.yaml",
     ),

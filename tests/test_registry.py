@@ -43,7 +43,7 @@ def pull_step(tmp_path, image):
     """The initialization command that `make up IMAGE=image` runs on every host in place of the build."""
     out = tmp_path / "pull.yaml"
     made = run(
-        [sys.executable, "cluster/variant.py", "cluster/local.yaml", "--image", image, "--out", str(out)],
+        [sys.executable, "-m", "cluster.variant", "cluster/local.yaml", "--image", image, "--out", str(out)],
         clean_env(),
         timeout=60,
     )

@@ -24,7 +24,7 @@ from harness.runs import (
     wait_for_line,
 )
 from pgpong import checkpoint, lock
-from pgpong.run import Run
+from pgpong.rundir import RunDir
 
 
 def train(*args, timeout=300):
@@ -75,7 +75,7 @@ def of_another_network(array, shape, update=2):
 def test_a_checkpoint_of_another_network_stops_the_trainer_before_ray_starts(tmp_path, array, shape, want):
     """Even beside a usable older checkpoint: a checkpoint of another network is not damage to skip."""
     (tmp_path / "run").mkdir()
-    run = Run(tmp_path / "run")
+    run = RunDir(tmp_path / "run")
     run.save(make_state(1))
     run.save(of_another_network(array, shape))
     before = snapshot(tmp_path / "run")
@@ -177,10 +177,10 @@ def s3_keys(s3, prefix):
 
 
 def test_an_s3_lock_is_created_once_and_a_live_holder_elsewhere_is_refused(s3):
-    run = Run("s3://runs/l")
+    run = RunDir("s3://runs/l")
     run.prepare()  # If-None-Match: *: the first create wins
     with pytest.raises(lock.Locked, match=f"in use by host {os.uname().nodename} pid {os.getpid()} since"):
-        Run("s3://runs/l").prepare()  # this process is alive
+        RunDir("s3://runs/l").prepare()  # this process is alive
     run.close()
     assert s3_keys(s3, "l/") == {}  # released: deleted
 
@@ -223,7 +223,7 @@ def test_a_dead_holders_s3_lock_is_taken_over(s3):
 
 def test_an_s3_holder_renews_its_lock_and_stops_writing_once_another_took_it(s3, monkeypatch):
     monkeypatch.setattr(lock, "RENEW_S", 0.2)  # the renewal period, not its logic: the test need not wait 30 s
-    run = Run("s3://runs/r")
+    run = RunDir("s3://runs/r")
     run.prepare()
     first = s3_keys(s3, "r/")["r/trainer.lock"]
     deadline = time.monotonic() + 10
@@ -301,7 +301,7 @@ def test_a_junk_checkpoint_is_skipped_in_our_words_and_done_names_the_one_used(t
 
 
 def test_a_checkpoint_holding_python_objects_is_skipped_without_numpy_advice(tmp_path):
-    run = Run(tmp_path)
+    run = RunDir(tmp_path)
     run.save(make_state(1))
     np.savez(tmp_path / "ckpt-000002.npz", meta=np.array([object()], dtype=object))
     warnings = []
@@ -326,7 +326,7 @@ def test_every_committed_checkpoint_and_agent_fits_the_network():
     found = sorted((REPO / "job" / "tools" / "runs").rglob("*.npz"))
     assert found
     for path in found:
-        run, name = Run.of_file(path)
+        run, name = RunDir.of_file(path)
         assert run.load_weights(name).params["W1"].shape == (200, 6400), path
     with pytest.raises(checkpoint.WrongNetwork):
         checkpoint.from_bytes(checkpoint.to_bytes(of_another_network("cache/W1", (200, 10))), "x")

@@ -6,7 +6,7 @@ import pytest
 from harness.aws import iam_user, moto_with_iam, use_aws
 from harness.runs import make_state, train_locally
 from pgpong.metrics import SEGMENT_UPDATES
-from pgpong.run import Run
+from pgpong.rundir import RunDir
 from pgpong.store import StoreError
 
 
@@ -15,7 +15,7 @@ def keys(client, prefix):
 
 
 def test_checkpoints_on_s3_round_trip_prune_and_fall_back(s3):
-    run = Run("s3://runs/exp/a")
+    run = RunDir("s3://runs/exp/a")
     run.prepare()
     for u in range(1, 6):
         run.save(make_state(u, seed=u))
@@ -32,11 +32,11 @@ def test_checkpoints_on_s3_round_trip_prune_and_fall_back(s3):
 
 
 def test_metrics_append_and_trim_on_s3(s3):
-    run = Run("s3://runs/m")
+    run = RunDir("s3://runs/m")
     for u in (1, 2, 3):
         run.append_metrics({"update": u})
     run.trim_metrics(2)
-    run = Run("s3://runs/m")  # as a new process: it reads what is really there
+    run = RunDir("s3://runs/m")  # as a new process: it reads what is really there
     run.append_metrics({"update": 3})
     assert [r["update"] for r in run.metrics()] == [1, 2, 3]
 
@@ -46,7 +46,7 @@ def test_s3_metrics_cost_the_same_per_update_however_long_the_run(s3):
 
     Records as large as batch 300's (the episodes' rewards and steps); 5 segments' worth.
     """
-    run, per, updates = Run("s3://runs/long"), SEGMENT_UPDATES, 5 * SEGMENT_UPDATES
+    run, per, updates = RunDir("s3://runs/long"), SEGMENT_UPDATES, 5 * SEGMENT_UPDATES
     run.prepare()
     puts = []  # (key, bytes) of every PutObject this client sends, seen through boto3's own event hook
     run.store.s3.meta.events.register(
@@ -68,7 +68,7 @@ def test_s3_metrics_cost_the_same_per_update_however_long_the_run(s3):
 
     # resume from a checkpoint in the third segment: later lines go, later segments too
     last = 2 * per + 7
-    run = Run("s3://runs/long")  # the resumed run opens it anew
+    run = RunDir("s3://runs/long")  # the resumed run opens it anew
     run.trim_metrics(last)
     assert keys(s3, "long/metrics") == [f"long/metrics-{1 + i * per:06d}.jsonl" for i in range(3)]
     run.append_metrics(record(last + 1))
@@ -78,7 +78,7 @@ def test_s3_metrics_cost_the_same_per_update_however_long_the_run(s3):
 
 def test_an_s3_run_from_before_segments_reads_on(s3):
     s3.put_object(Bucket="runs", Key="old/metrics.jsonl", Body=b'{"update": 1}\n{"update": 2}\n')
-    old = Run("s3://runs/old")
+    old = RunDir("s3://runs/old")
     old.append_metrics({"update": 3})
     assert [r["update"] for r in old.metrics()] == [1, 2, 3]
     old.trim_metrics(1)
@@ -87,14 +87,14 @@ def test_an_s3_run_from_before_segments_reads_on(s3):
 
 def test_a_missing_bucket_is_one_clear_line(s3):
     with pytest.raises(StoreError, match="S3 bucket 'nope' does not exist"):
-        Run("s3://nope/x").prepare()
+        RunDir("s3://nope/x").prepare()
 
 
 def test_no_credentials_is_one_clear_line(s3, monkeypatch):
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
     with pytest.raises(StoreError, match="no AWS credentials to reach s3://runs/x"):
-        Run("s3://runs/x").prepare()
+        RunDir("s3://runs/x").prepare()
 
 
 def train(*args):
@@ -121,7 +121,7 @@ def test_the_trainer_checkpoints_to_s3_and_resumes_from_it(s3):
         "exp/b/ckpt-000003.npz",
         "exp/b/metrics-000001.jsonl",
     ]
-    assert [r["update"] for r in Run("s3://runs/exp/b").metrics()] == [1, 2, 3]
+    assert [r["update"] for r in RunDir("s3://runs/exp/b").metrics()] == [1, 2, 3]
 
 
 def test_a_bucket_that_denies_access_is_one_clear_line(tmp_path, monkeypatch):

@@ -21,7 +21,7 @@ from harness.cluster import stop_job, two_node_cluster, wait_until_done
 from pgpong.config import parse_args
 from pongtools.timecap import default_cap
 
-PONG_SUBMIT = str(VENV_BIN / "pong-submit")  # the console script `make setup` installs (pongtools.submit)
+PONG_SUBMIT = [str(VENV_BIN / "python"), "-m", "pongtools.submit"]  # as make submit runs it
 
 
 def error_line(result):
@@ -116,7 +116,7 @@ def submit_script(env, *args):
     import subprocess
 
     return subprocess.Popen(
-        [PONG_SUBMIT, *args],
+        [*PONG_SUBMIT, *args],
         env=env,
         cwd=REPO,
         stdout=subprocess.PIPE,
@@ -170,14 +170,14 @@ def test_two_submissions_in_the_same_second_get_different_ids(ray_cluster, tmp_p
 @pytest.mark.slow  # needs the two-node cluster (about 10 s to start, once per session)
 def test_wait_follows_the_logs_and_exits_by_the_final_status(ray_cluster, tmp_path):
     env = ray_cluster.client_env(LAST_JOB_FILE=str(tmp_path / "last-job"))
-    ok = run([PONG_SUBMIT, "--wait", "pong", "--", "--help"], env, timeout=300)
+    ok = run([*PONG_SUBMIT, "--wait", "pong", "--", "--help"], env, timeout=300)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "usage: python -m pgpong.train" in ok.stdout  # the job's own output, followed
     assert ok.stdout.strip().splitlines()[-1].endswith("status=SUCCEEDED"), ok.stdout
 
     # A run dir the trainer cannot write, on the node (what this machine cannot check before submitting).
     args = ["--updates", "1", "--run-dir", "/proc/pong-run"]
-    bad = run([PONG_SUBMIT, "--wait", "pong", "--", *args], env, timeout=300)
+    bad = run([*PONG_SUBMIT, "--wait", "pong", "--", *args], env, timeout=300)
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert "error: cannot write run dir /proc/pong-run" in bad.stdout
     assert bad.stdout.strip().splitlines()[-1].endswith("status=FAILED"), bad.stdout

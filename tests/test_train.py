@@ -17,7 +17,7 @@ from harness.runs import (
     train_locally,
 )
 from pgpong import config, train
-from pgpong.run import Run
+from pgpong.rundir import RunDir
 
 
 def lines(out, prefix):
@@ -136,7 +136,7 @@ def test_gradients_reach_the_driver_once_per_node_and_the_pool_ends_its_actors(l
     import ray
 
     cfg = config.Config(batch_size=6, updates=2, workers="2", seed=1, run_dir=str(tmp_path / "run"))
-    run, stop = Run(cfg.run_dir), train.StopSignal()
+    run, stop = RunDir(cfg.run_dir), train.StopSignal()
     with train.locked(run):
         start = train.resume(cfg, run)
         with train.start_pool(cfg, stop, out=lambda line: None) as pool:

@@ -229,15 +229,10 @@ def serve_ec2_quota(monkeypatch, value, code=ON_DEMAND_QUOTA):
 
 
 def infra(name):
-    """infra/<name>.py as a module (infra/ is no package: make runs its files as scripts)."""
-    import importlib.util
-    import sys
+    """infra/<name>.py as the module `python -m infra.<name>` runs (the repo root is on pytest's pythonpath)."""
+    import importlib
 
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "infra" / f"{name}.py")
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
+    return importlib.import_module(f"infra.{name}")
 
 
 def laptop_token():

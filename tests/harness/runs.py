@@ -169,17 +169,17 @@ def make_state(update, seed=0, env="Pong-v0"):
 
 def read_metrics(run_dir):
     """Every update's metrics record of a run dir, read as the tools and a resume read them."""
-    from pgpong.run import Run
+    from pgpong.rundir import RunDir
 
-    return Run(run_dir).metrics()
+    return RunDir(run_dir).metrics()
 
 
 def assert_same_run(run_dir, reference_dir):
     """The newest checkpoints of two run dirs agree bit for bit (weights, RMSProp cache, counters,
     running reward), and so do their metrics, timings aside."""
-    from pgpong.run import Run
+    from pgpong.rundir import RunDir
 
-    got, want = (Run(d).load(Run(d).checkpoints()[0]) for d in (run_dir, reference_dir))
+    got, want = (RunDir(d).load(RunDir(d).checkpoints()[0]) for d in (run_dir, reference_dir))
     counters = ("update", "episodes", "env_steps", "running_reward", "rmsprop_steps")
     assert [getattr(got, k) for k in counters] == [getattr(want, k) for k in counters]
     for part in ("params", "cache"):

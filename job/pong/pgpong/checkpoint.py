@@ -1,4 +1,4 @@
-"""The checkpoint file: what it holds and its bytes. No Ray, no files here (run.py reads and writes them).
+"""The checkpoint file: what it holds and its bytes. No Ray, no files here (rundir.py reads and writes them).
 
 A checkpoint is one .npz holding everything needed to resume: the weights, the
 RMSProp cache, the counters, the running reward, the random state and the

@@ -11,8 +11,11 @@
 
 run() is the one place a program's end becomes its exit status: main's own status (None: 0); a
 UserError, a mistake the user can fix, one line `error: <message>` (or `<prog>: <message>` for a
-program whose lines carry its name: submit, jobs, preflight) and 2; Ctrl-C 130; any other exception,
-a failure, its traceback and 1. A flag the parser refuses prints `<prog>: error: <what was wrong>
+program whose lines carry its name: submit, jobs, preflight) and 2; a Failure, something that stopped
+the program by no fault of the user's and that it can say (AWS out of reach, a run dir that stopped
+taking writes), one line the same way and 1; Ctrl-C 130; any other exception, a bug, its traceback
+and 1. Through make, any of these but 0 is make's own exit 2; the program's status is the N of
+make's `make: *** [Makefile:L: target] Error N` line. A flag the parser refuses prints `<prog>: error: <what was wrong>
 (see --help)`, not argparse's usage block, and exits 2 as well.
 """
 
@@ -25,6 +28,10 @@ MISTAKE, FAILURE, INTERRUPTED = 2, 1, 130
 
 class UserError(Exception):
     """A mistake the user can fix (a flag, a file, a name), said in one line that says what to do: exit 2."""
+
+
+class Failure(Exception):
+    """Something stopped the program by no fault of the user's, said in one line that says what was kept: exit 1."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -80,6 +87,9 @@ def status(main, argv=None, prog=None):
     except UserError as error:
         print(f"{prog or 'error'}: {error}", file=sys.stderr, flush=True)
         return MISTAKE
+    except Failure as error:
+        print(f"{prog or 'error'}: {error}", file=sys.stderr, flush=True)
+        return FAILURE
     except KeyboardInterrupt:
         return INTERRUPTED
     except Exception:  # noqa: BLE001 (every other exception is a failure: its traceback, exit 1)

@@ -269,7 +269,7 @@ def resolve(argv, readable=lambda run_dir: run_dir.startswith("s3://")):
     resumed run by its own batch size, and refuse a flag that it would refuse, before anything is launched. A
     run dir that cannot be read, or a checkpoint that cannot be used, is a UserError (one line, exit 2)."""
     from .checkpoint import CheckpointError  # here: the trainer's flags alone need no numpy
-    from .run import Run
+    from .rundir import RunDir
     from .store import StoreError
 
     cfg = parse_args(argv)
@@ -277,7 +277,7 @@ def resolve(argv, readable=lambda run_dir: run_dir.startswith("s3://")):
     if not readable(cfg.run_dir):
         return cfg
     try:
-        state = Run(cfg.run_dir).load_latest(dataclasses.asdict(cfg), warn=lambda message: None)
+        state = RunDir(cfg.run_dir).load_latest(dataclasses.asdict(cfg), warn=lambda message: None)
     except (StoreError, CheckpointError) as e:
         raise cli.UserError(f"--run-dir {cfg.run_dir}: {e}") from None
     if state is None:

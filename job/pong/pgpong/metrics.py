@@ -1,5 +1,5 @@
 """A run directory's metrics: one JSON line per update, appended after each, read back in order by the tools,
-trimmed to the checkpoint a resumed run starts from. No Ray here; pgpong.run's Run holds one per run dir."""
+trimmed to the checkpoint a resumed run starts from. No Ray here; pgpong.rundir's RunDir holds one per run dir."""
 
 import gzip
 import json

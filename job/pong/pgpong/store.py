@@ -114,7 +114,7 @@ class LocalStore:
 class S3Store:
     """An S3 prefix. S3 has no append: the file appended to last is kept here and PUT whole.
 
-    So callers append to small files (run.py writes metrics in segments).
+    So callers append to small files (rundir.py writes metrics in segments).
     """
 
     appends = False

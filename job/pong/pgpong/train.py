@@ -22,18 +22,17 @@ import dataclasses
 import json
 import os
 import signal
-import sys
 import time
 
 import numpy as np
 
 from . import checkpoint, config
-from .cli import UserError, run
+from .cli import Failure, UserError, run
 from .learner import Learner
 from .lock import LockLost
 from .logline import kv
 from .report import Report
-from .run import Run
+from .rundir import RunDir
 from .store import StoreError
 
 
@@ -41,9 +40,9 @@ class Stopped(Exception):
     """SIGTERM (ray job stop) or Ctrl-C: save what we have and leave."""
 
 
-class TrainingError(Exception):
+class TrainingError(Failure):
     """Training stopped or never started by no fault of the user's (a lost store, a cluster with no free CPU for
-    the actors); the message says what was kept. main prints it as one line and exits 1."""
+    the actors); the message says what was kept: one line and exit 1 (pgpong.cli.Failure)."""
 
 
 class StopSignal:
@@ -112,7 +111,7 @@ class Trainer:
         self.cfg = start.cfg
         self.learner = start.learner  # the weights, the RMSProp cache and its steps
         self.progress = start.progress  # the counters
-        self.run = run  # the Run: its store, checkpoints and metrics
+        self.run = run  # the RunDir: its store, checkpoints and metrics
         self.pool = pool  # the rollout actors; whoever started them ends them
         self.stop = stop or StopSignal()  # one that no handler feeds never stops
         self.report = Report(run, self.cfg.updates, self.progress.update, out)
@@ -258,16 +257,12 @@ def resume(cfg, run, given=frozenset()):
 
 
 def main(argv=None):
-    """A user's mistake (UserError) is exit 2 by entry(); an error that stopped training (TrainingError) is its
-    one line here and exit 1. A run that trained ends with its done line."""
+    """A user's mistake (UserError) is exit 2 by entry(); an error that stopped training (TrainingError) is
+    one line and exit 1 by entry() too. A run that trained ends with its done line."""
     cfg = config.parse_args(argv)
     stop = StopSignal()
     stop.install()  # from here on a stop is a stopping line and a released lock
-    try:
-        summary = train(cfg, config.given_flags(argv), stop)
-    except TrainingError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    summary = train(cfg, config.given_flags(argv), stop)
     if summary:
         print(summary.line())
 
@@ -278,7 +273,7 @@ def train(cfg, given, stop):
     CPUs given back, the lock released. The run's report.Summary, or None if stopped before training."""
     config.check(cfg)  # the checks `make run` and `make submit` ran on the laptop too
     try:
-        run = Run(cfg.run_dir)  # opened once: the trainer's store, checkpoints and metrics
+        run = RunDir(cfg.run_dir)  # opened once: the trainer's store, checkpoints and metrics
     except StoreError as e:
         raise UserError(str(e)) from None
     with locked(run):

@@ -34,7 +34,7 @@ import ray
 from pgpong import config, policy, rollout, train
 from pgpong.cli import Parser, at_least, run
 from pgpong.logline import kv
-from pgpong.run import Run
+from pgpong.rundir import RunDir
 
 from pongtools import actor_path, textbook
 
@@ -114,7 +114,7 @@ def bench_trainer(env_id, workers, batch_size, run_dir):
     cfg = config.Config(
         batch_size=batch_size, updates=1, workers=str(workers), env=env_id, run_dir=run_dir, checkpoint_every=1
     )
-    run = Run(run_dir)
+    run = RunDir(run_dir)
     stop = train.StopSignal()  # no handler feeds it: it never stops
     with train.locked(run):  # the run dir's lock, released at the block's end
         start = train.resume(cfg, run)

@@ -197,7 +197,12 @@ def main(argv=None):
     read(p.parse_args(argv).cluster)
 
 
-if __name__ == "__main__":
+def entry():
+    """`python -m pongtools.clusterfile` (make down, make dashboard): main under the one exit contract."""
     from pgpong.cli import run
 
     run(main)
+
+
+if __name__ == "__main__":
+    entry()

@@ -17,7 +17,7 @@ from pgpong.checkpoint import CheckpointError
 from pgpong.cli import Parser, checked, fail, run
 from pgpong.config import OPTIMIZER_BEFORE_FIELDS
 from pgpong.logline import kv
-from pgpong.run import Run
+from pgpong.rundir import RunDir
 from pgpong.store import StoreError
 
 
@@ -42,7 +42,7 @@ def at_update(records, update):
 
 
 def summary(run, at, at_updates=()):
-    """One Run's row: {'run', 'batch_size', 'learning_rate', 'rmsprop_start', 'episodes', 'updates',
+    """One RunDir's row: {'run', 'batch_size', 'learning_rate', 'rmsprop_start', 'episodes', 'updates',
     'records', at each episode milestone, ("u", n) at each update milestone}."""
     records = run.metrics()
     if not records:
@@ -126,7 +126,7 @@ def main(argv=None):
     rows = []
     for path, label in zip(args.runs, args.label or [None] * len(args.runs), strict=True):
         try:
-            run = Run(path)
+            run = RunDir(path)
             rows.append(summary(run, args.at, args.at_updates) | {"label": label})
         except (OSError, StoreError, CheckpointError) as e:
             fail(f"cannot read run {path}: {e}")

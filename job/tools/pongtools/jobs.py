@@ -1,11 +1,11 @@
 """The jobs on the Ray cluster at RAY_ADDRESS: follow one's logs, show its status, list them, stop one.
 
-    make logs       pong-jobs logs [ID]       # its logs until it ends; Ctrl-C leaves it running
-    make status     pong-jobs status [ID]
-    make list       pong-jobs list
-    make stop-job   pong-jobs stop-job [ID]   # SIGTERM (the trainer saves), then wait for the end
-    make capacity   pong-jobs capacity        # the CPUs the autoscaler is asked for
-    make release    pong-jobs release         # withdraw that request (a killed driver's)
+    make logs       python -m pongtools.jobs logs [ID]       # its logs until it ends; Ctrl-C leaves it running
+    make status     python -m pongtools.jobs status [ID]
+    make list       python -m pongtools.jobs list
+    make stop-job   python -m pongtools.jobs stop-job [ID]   # SIGTERM (the trainer saves), then wait for the end
+    make capacity   python -m pongtools.jobs capacity        # the CPUs the autoscaler is asked for
+    make release    python -m pongtools.jobs release         # withdraw that request (a killed driver's)
 
 Without ID, logs, status and stop-job take the latest submission's, recorded in LAST_JOB_FILE (pongtools.submit).
 
@@ -167,7 +167,7 @@ def main(argv=None):
 
 
 def entry():
-    """`pong-jobs` (make logs, status, list, stop-job, capacity, release): main under the one exit contract
+    """`python -m pongtools.jobs` (make logs, status, list, stop-job, capacity, release): main under the one exit contract
     (pgpong.cli.run), each line headed by the command's name."""
     command = next((word for word in sys.argv[1:] if word in COMMANDS), "jobs")
     cli.run(main, command)

@@ -3,7 +3,7 @@
     make run                                          # cluster/aws.yaml: up, train 60 updates, fetch, ship, down
     make run CLUSTER=cluster/local.yaml KEEP=1        # leave the cluster up at the end
     make run ARGS="--updates 0" MAX_HOURS=3           # no end of its own: the head's watcher stops it after 3 h
-    pong-run --cluster cluster/aws.yaml --out runs/x -- --updates 60   # by hand (.venv/bin on PATH)
+    python -m pongtools.launch --cluster cluster/aws.yaml --out runs/x -- --updates 60   # by hand (.venv/bin on PATH)
 
 Before anything is launched or written (the Makefile runs it first with --check, before the variant
 copy and the token), each mistake is one line and exit 2, naming the value as typed: ARGS the trainer's own
@@ -35,7 +35,7 @@ Its stages (Stage), in order, each announced by a `make_run step=...` line, are 
 3. submit: pongtools.submit, in this process, as `make submit` (its id also goes to LAST_JOB_FILE, for `make logs`);
 4. follow: the job's logs, as `make logs`, to the job's end, then its status;
 5. fetch: the run dir it named, whole (`ray rsync-down`), into OUT/run, a run dir that `make train ARGS="--run-dir
-   OUT/run"` resumes (a run dir on S3 is read where it is); its newest checkpoint is pgpong.run.Run's, the
+   OUT/run"` resumes (a run dir on S3 is read where it is); its newest checkpoint is pgpong.rundir.RunDir's, the
    trainer's own reader's;
 6. ship: pongtools.ship and pongtools.plot, in this process, as `make ship` does, into OUT/agent: the agent
    (pong-agent.npz, float16), its metrics and curve.png; `make play CHECKPOINT=OUT/agent` plays it;
@@ -69,7 +69,7 @@ from pgpong import cli
 from pgpong.cli import Parser, UserError, checked, positive
 from pgpong.config import DEFAULT_RUNS, DEFAULT_UPDATES, too_many_workers
 from pgpong.logline import fields, kv
-from pgpong.run import Run
+from pgpong.rundir import RunDir
 
 from pongtools import REPO, clusterfile
 from pongtools.client import JobsClient
@@ -241,10 +241,10 @@ class Launch:
 
     def fetch(self):
         """The run dir this launch named, whole, here in OUT/run (`ray rsync-down`), or the S3 run dir where it is:
-        that Run, or None where it holds no checkpoint (Run.checkpoints, the trainer's own reader) or none came."""
+        that RunDir, or None where it holds no checkpoint (RunDir.checkpoints, the trainer's own reader) or none came."""
         run_dir = self.a.run_dir
         if run_dir.startswith("s3://"):
-            run = Run(run_dir)
+            run = RunDir(run_dir)
         else:
             local = self.a.out / "run"
             local.mkdir(parents=True, exist_ok=True)
@@ -257,7 +257,7 @@ class Launch:
             if copied.returncode != 0:  # the job never made it (a run dir it could not write, a failed start)
                 said = [line for line in (copied.stdout + copied.stderr).splitlines() if line.strip()]
                 print(f"make_run: nothing fetched from {run_dir}: {(said or ['?'])[-1].strip()}", file=sys.stderr)
-            run = Run(local)
+            run = RunDir(local)
         names = run.checkpoints()
         self.enter(Stage.FETCH, run_dir=run_dir, to=run, checkpoints=len(names), newest=names[0] if names else "none")
         return run if names else None
@@ -328,7 +328,7 @@ class Launch:
         run = self.fetch()
         return status, self.ship(run) if run is not None else None
 
-    def run(self):
+    def end_to_end(self):
         """Every stage, then the cluster down (or kept) however they end: the teardown is in a finally, reached on
         every exception, a bug's included (its traceback first). Only a Ctrl-C whose question was answered keep
         leaves the cluster up (and --keep). The exit status: 0 for an agent, 130 after Ctrl-C, else 1."""
@@ -526,14 +526,14 @@ def main(argv=None):
     # starts it), which Python would otherwise keep: the message below must come.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        return launch.run()
+        return launch.end_to_end()
     except KeyboardInterrupt:  # a second Ctrl-C, in the teardown itself
         print(f"make_run: interrupted in the teardown; the cluster may still bill: {launch.ender()}", file=sys.stderr)
         raise
 
 
 def entry():
-    """`pong-run` (make run): main under the one exit contract (pgpong.cli.run)."""
+    """`python -m pongtools.launch` (make run): main under the one exit contract (pgpong.cli.run)."""
     cli.run(main)
 
 

@@ -27,7 +27,7 @@ from pgpong.checkpoint import CheckpointError
 from pgpong.cli import Parser, at_least, fail, run
 from pgpong.config import DEFAULT_RUNS
 from pgpong.logline import kv
-from pgpong.run import AGENT_FILE, RUN_RECORD, Run
+from pgpong.rundir import AGENT_FILE, RUN_RECORD, RunDir
 from pgpong.store import StoreError
 
 MAX_GIF_FRAMES = 3000  # a longer game is subsampled evenly down to this: under 100 MB of memory, a few MB of GIF
@@ -134,13 +134,13 @@ def write_gif(recorder, scale, gif_path, png_path):
 
 
 def find_checkpoint(path):
-    """(Run, file name) of a checkpoint file, an exported agent's folder, or a run dir's newest
+    """(RunDir, file name) of a checkpoint file, an exported agent's folder, or a run dir's newest
     checkpoint; exits with one line if there is none."""
     try:
         if path.endswith(".npz"):
-            run, name = Run.of_file(path)
+            run, name = RunDir.of_file(path)
         else:
-            run, name = Run(path), None
+            run, name = RunDir(path), None
         local = not run.path.startswith("s3://")
         where = run.file(name) if name else run.path
         if local and not os.path.exists(where):

@@ -15,7 +15,7 @@ import os
 
 from pgpong.cli import Parser, fail, run
 from pgpong.logline import kv
-from pgpong.run import Run
+from pgpong.rundir import RunDir
 from pgpong.store import StoreError
 
 SIZE_IN = (12, 8)  # figure size in inches
@@ -91,7 +91,7 @@ def main(argv=None):
     p.add_argument("--out", help="PNG to write (default: <run dir>/curve.png; for S3, ./<name>-curve.png)")
     args = p.parse_args(argv)
     try:
-        run = Run(args.run_dir)
+        run = RunDir(args.run_dir)
         run_dir = run.path
         if not run_dir.startswith("s3://") and not os.path.isdir(run_dir):
             fail(f"run dir {run_dir} does not exist; give the trainer's --run-dir (make plot RUN=...)")

@@ -45,7 +45,7 @@ from pathlib import Path
 
 from pgpong.cli import Parser, fail, run
 from pgpong.logline import fields, kv
-from pgpong.run import Run
+from pgpong.rundir import RunDir
 
 from pongtools import REPO
 from pongtools.plan.milestones import THRESHOLDS, first_update, point
@@ -194,7 +194,7 @@ def run_table(run, updates, judges=(), folder=SAMPLES):
     running reward, the first update at a running reward of 0 and of +2 in bold (read as the plan reads its
     milestones); judges: saved `make judge` samples of its checkpoints, each in its update's row, so that a
     judged figure on a page is one a saved sample holds (a sample of an update not in the table fails)."""
-    records = Run(str(REPO / run)).metrics()
+    records = RunDir(str(REPO / run)).metrics()
     firsts = {first_update(records, t) for _, t in THRESHOLDS}
     cells = {}
     for name in judges:

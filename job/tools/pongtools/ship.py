@@ -24,14 +24,14 @@ import numpy as np
 from pgpong.checkpoint import CheckpointError
 from pgpong.cli import Parser, fail, run
 from pgpong.logline import kv
-from pgpong.run import AGENT_FILE, SHIPPED_METRICS, Run
+from pgpong.rundir import AGENT_FILE, SHIPPED_METRICS, RunDir
 from pgpong.store import StoreError
 
 DEFAULT_OUT = "job/tools/runs/agent"
 
 
 def metrics_until(run, last_update):
-    """The Run's metrics records of updates 1..last_update; exactly one per update."""
+    """The RunDir's metrics records of updates 1..last_update; exactly one per update."""
     records = [r for r in run.metrics() if r["update"] <= last_update]
     updates = [r["update"] for r in records]
     if updates != list(range(1, last_update + 1)):
@@ -52,14 +52,16 @@ def main(argv=None):
     )
     args = p.parse_args(argv)
     try:
-        run = Run(args.run_dir)
-        source, name = Run.of_file(args.checkpoint) if args.checkpoint else (run, next(iter(run.checkpoints()), None))
+        run = RunDir(args.run_dir)
+        source, name = (
+            RunDir.of_file(args.checkpoint) if args.checkpoint else (run, next(iter(run.checkpoints()), None))
+        )
         if name is None:
             fail(f"{run} holds no checkpoint (ckpt-NNNNNN.npz); give the trainer's --run-dir")
         state = source.load(name)
         records = metrics_until(run, state.update)
         os.makedirs(args.out, exist_ok=True)
-        out = Run(args.out)
+        out = RunDir(args.out)
         written = out.export(state, records, weights=not args.metrics_only)
         shipped = None if args.metrics_only else out.load_weights(AGENT_FILE)
     except (CheckpointError, StoreError) as e:

@@ -3,8 +3,8 @@
     make submit JOB=pong                                     # 60 updates (the trainer's default), then it ends
     make submit JOB=pong ARGS="--batch-size 4 --updates 2"
     make submit ARGS="--updates 0" MAX_HOURS=2               # until stopped: the head's watcher stops it after 2 h
-    pong-submit pong -- --batch-size 4 --updates 2           # the same, by hand (.venv/bin on PATH)
-    pong-submit --wait pong -- --batch-size 4 --updates 2    # follow it to the end
+    python -m pongtools.submit pong -- --batch-size 4 --updates 2         # the same, by hand (.venv/bin on PATH)
+    python -m pongtools.submit --wait pong -- --batch-size 4 --updates 2  # follow it to the end
 
 The plain Ray CLI does the same submission (this script adds only the checks and the cap below):
 
@@ -257,7 +257,7 @@ def main(argv=None):
 
 
 def entry():
-    """`pong-submit` (make submit): main under the one exit contract (pgpong.cli.run)."""
+    """`python -m pongtools.submit` (make submit): main under the one exit contract (pgpong.cli.run)."""
     cli.run(main, "submit")
 
 

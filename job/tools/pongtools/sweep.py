@@ -21,7 +21,7 @@ import sys
 
 from pgpong.cli import Parser, at_least, checked, positive, run, whole
 from pgpong.logline import kv
-from pgpong.run import Run
+from pgpong.rundir import RunDir
 
 from pongtools import JOB_DIR
 
@@ -43,7 +43,7 @@ def run_dir(root, batch, rate, decay=None):
 
 def updates_done(path):
     """Updates in the newest checkpoint of a run dir (0 for a new one)."""
-    run = Run(path)
+    run = RunDir(path)
     found = run.checkpoints()
     return run.load(found[0]).update if found else 0
 
@@ -119,7 +119,7 @@ def main(argv=None):
         child.clear()
         if code != 0 or stopping:
             print(kv("sweep", stopped=path, exit=code, resume="run the same command again"), flush=True)
-            sys.exit(code or 1)
+            return code or 1  # the trainer's own status (2: a mistake), or 1 for a stopped sweep
     print(kv("sweep", done=len(args.settings), compare=f"python -m pongtools.compare {root}/*"), flush=True)
 
 

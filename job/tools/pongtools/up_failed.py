@@ -1,5 +1,5 @@
 """The one line `make up` says when `ray up` fails: what of the cluster may still run and bill, when it ends by
-itself, and how to end it now. Exits 1, a failure, so `make up` does.
+itself, and how to end it now: a pgpong.cli.Failure, exit 1, so `make up` fails too.
 
     .venv/bin/python -m pongtools.up_failed cluster/aws.yaml          # what `make up` runs after a failed `ray up`
     .venv/bin/python -m pongtools.up_failed .cache/cluster/aws-spot0-hours8.yaml --down-cluster cluster/aws.yaml
@@ -10,11 +10,10 @@ after its Ray last came up) or `make down`. A cluster without a backstop (cluste
 runs until `make down`.
 """
 
-import sys
 from pathlib import Path
 
 import yaml
-from pgpong.cli import Parser, run
+from pgpong.cli import Failure, Parser, run
 
 from pongtools.clusterfile import backstop
 
@@ -24,10 +23,10 @@ def said(cluster, down_cluster, config):
     ends = backstop(config) if isinstance(config, dict) else None
     end_now = f"end them now: make down CLUSTER={down_cluster} (or ray down -y {cluster})"
     if ends is None:
-        return f"up: `ray up -y {cluster}` failed; what it started runs until you end it (no backstop); {end_now}"
+        return f"`ray up -y {cluster}` failed; what it started runs until you end it (no backstop); {end_now}"
     hours, minutes = ends
     return (
-        f"up: `ray up -y {cluster}` failed; the nodes it launched may still run and bill: each ends by itself within"
+        f"`ray up -y {cluster}` failed; the nodes it launched may still run and bill: each ends by itself within"
         f" {minutes:g} minutes of its boot or setup (the first-boot backstop), or {hours:g} hours after its Ray last"
         f" came up (MAX_NODE_HOURS); {end_now}"
     )
@@ -42,12 +41,11 @@ def main(argv=None):
         config = yaml.safe_load(Path(a.cluster).read_text())
     except (OSError, yaml.YAMLError, UnicodeDecodeError):
         config = None
-    print(said(a.cluster, a.down_cluster or a.cluster, config), file=sys.stderr)
-    return 1
+    raise Failure(said(a.cluster, a.down_cluster or a.cluster, config))
 
 
 def entry():
-    run(main)
+    run(main, "up")  # its line reads `up: ...`, as make up's
 
 
 if __name__ == "__main__":

@@ -16,11 +16,8 @@ No Ray is needed to plan. One idea per module:
   each measured, sourced, assumed or projected from figures that are), the
   training, `ray down`, and what the nodes bill meanwhile;
 - calibration.py: measuring here what the inputs need (Ray and the emulator, minutes);
-- report.py: the projection as key=value lines, and the prices it counts.
+- output.py: the projection as key=value lines, and the prices it counts.
 
-__main__.py is the command line: `python -m pongtools.plan {project,inputs,calibrate,probe}`.
+__main__.py is the command line: `python -m pongtools.plan {project,inputs,calibrate,probe}`. A mistake
+found anywhere in it is pgpong.cli's UserError: one line, exit 2.
 """
-
-
-class PlanError(Exception):
-    """A mistake the user can fix; printed as one line."""

@@ -1,9 +1,9 @@
 """python -m pongtools.plan {project,inputs,calibrate,probe}: see __init__.py. A mistake is one line, exit 2."""
 
-from pgpong.cli import Parser, at_least, checked, fail, non_negative, positive, run
+from pgpong.cli import Parser, UserError, at_least, checked, non_negative, positive, run
 from pgpong.logline import kv
 
-from . import PlanError, calibration, endtoend, inputs, milestones, model, report
+from . import calibration, endtoend, inputs, milestones, model, output
 
 # The sizes `make plan` compares: the head alone and a few up to one wave of 300 episodes on 18 cores
 # (17 x 18 = 306 actors), the default 11 among them.
@@ -144,19 +144,19 @@ def project(a):
         found["core"] = calibration.measure_core(a.measure_core)
         print(kv("core", **found["core"]), flush=True)
     if a.usd_per_node_hour is not None:
-        price = report.given_price(a.usd_per_node_hour)
+        price = output.given_price(a.usd_per_node_hour)
     else:
-        price = report.price_of(a.cluster, a.prices, a.instance_type, a.region)
+        price = output.price_of(a.cluster, a.prices, a.instance_type, a.region)
     args = (a.core_rate, a.network_gbps, a.samples, a.seed)
     known = milestones.known(found.get("milestones", {}), a.batch_size, "running_reward_0")
     result, stages = model.project(found, a.nodes, a.cpus, a.batch_size, *args, known=known)
-    report.report(found, a.inputs, result, stages, price)
+    output.report(found, a.inputs, result, stages, price)
     sp = spot_workers(a, found, result, stages, args, known, price) if a.nodes > 1 else None
     if sp:
         hours = {"": result["hours_to_win"]}
         if found["learning"]["batch_size"] != a.batch_size and result["hours_to_win_same_updates"] is not None:
             hours["_if_same_updates"] = result["hours_to_win_same_updates"]
-        report.spot(sp, price, hours)
+        output.spot(sp, price, hours)
     else:
         print(kv("spot", spot_nodes=0, reason="one node is the head alone, on demand: no worker to put on spot"))
     for name in milestones.NAMES:
@@ -165,7 +165,7 @@ def project(a):
             per = r["from_batch_size"] if r["kind"] == "assumed_same_updates" else a.batch_size
             r["seconds"] = [model.seconds_for_updates(stages, per, u) for u in r["updates"]]
         dollars_per_hour = result["nodes"] * price.usd_per_node_hour
-        report.milestone(
+        output.milestone(
             name, a.batch_size, readings, dollars_per_hour, sp=sp, head_usd_per_node_hour=price.usd_per_node_hour
         )
         if name == "play_criterion":
@@ -181,8 +181,8 @@ def end_to_end(a, parts, readings, price, sp):
     for r in readings:  # the training of the seed that needed the most updates
         for path in endtoend.PATHS:
             line = endtoend.timeline(parts[0], a.nodes - 1, max(r["seconds"]), path)
-            report.end_to_end(line, path, parts[0], a.nodes - 1, price, r, sp=sp)
-    report.end_to_end_parts(*parts)
+            output.end_to_end(line, path, parts[0], a.nodes - 1, price, r, sp=sp)
+    output.end_to_end_parts(*parts)
 
 
 def sizes(a, found, parts, price, args, known, stages):
@@ -206,9 +206,9 @@ def sizes(a, found, parts, price, args, known, stages):
             rows[path].append(
                 {"nodes": nodes, "hours": hours, "dollars": dollars, "agent_s": agent_s, "agent_kind": agent_kind}
             )
-        report.size(nodes, a.cpus, r, lines, {path: got[-1] for path, got in rows.items()})
+        output.size(nodes, a.cpus, r, lines, {path: got[-1] for path, got in rows.items()})
     for path, got in rows.items():
-        report.sizes(path, *endtoend.cheapest_and_fastest(got), a.cpus, price)
+        output.sizes(path, *endtoend.cheapest_and_fastest(got), a.cpus, price)
 
 
 def spot_workers(a, found, result, stages, args, known, price):
@@ -220,7 +220,7 @@ def spot_workers(a, found, result, stages, args, known, price):
     )
     fewer, _ = model.project(found, a.nodes - 1, a.cpus, a.batch_size, *args, known=known)  # the same updates
     slower = 1 - result["seconds_per_update"] / fewer["seconds_per_update"]
-    return report.Spot(
+    return output.Spot(
         usd_per_node_hour=a.spot_usd_per_node_hour,
         interruptions_per_node_hour=a.interruptions_per_node_hour,
         workers=a.nodes - 1,
@@ -237,9 +237,9 @@ def spot_workers(a, found, result, stages, args, known, price):
 
 def rebuild(a):
     if a.play_update is not None and not a.milestones:
-        raise PlanError("--play-update needs --milestones <the run whose checkpoint was played>")
+        raise UserError("--play-update needs --milestones <the run whose checkpoint was played>")
     if not (a.run or a.calibration or a.milestones or a.bench or a.fresh):
-        raise PlanError(
+        raise UserError(
             "pass --run <run dir>, --calibration <file>, --milestones <run dir>, --bench <log>, --fresh <run dir>, "
             "or several"
         )
@@ -284,10 +284,7 @@ def probe(a):
 
 def main(argv=None):
     args = parser().parse_args(argv)
-    try:
-        args.command(args)
-    except PlanError as e:
-        fail(str(e))
+    args.command(args)
 
 
 def entry():

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 from pgpong.logline import kv
-from pgpong.run import Run
+from pgpong.rundir import RunDir
 
 from pongtools import JOB_DIR
 
@@ -156,7 +156,7 @@ def calibrate(out_path, work_dir, runs=((10, 20), (300, 2)), workers=2):
             if proc.returncode != 0:
                 raise RuntimeError(f"calibrate: the batch-{batch} run failed: {proc.stderr[-2000:]}")
             keep = ("update", "time", "seconds", "rollout_s", "reduce_s", "update_s", "driver_bytes", "episode_steps")
-            ups = [{k: m[k] for k in keep} for m in Run(run_dir).metrics()]
+            ups = [{k: m[k] for k in keep} for m in RunDir(run_dir).metrics()]
             record["runs"].append(
                 {
                     "batch_size": batch,

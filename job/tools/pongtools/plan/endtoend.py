@@ -22,7 +22,7 @@ own kind. The training's seconds are the model's projection (model.py).
 import json
 import os
 
-from . import PlanError
+from pgpong.cli import UserError
 
 INPUTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "end_to_end_inputs.json")
 PATHS = {"build": "image", "pull": "pull"}  # each path's image part: each node builds it, or pulls it from ECR
@@ -52,9 +52,9 @@ def load(path=INPUTS):
             found = json.load(f)
         parts, figures = found["parts"], found.get("figures", {})
     except FileNotFoundError:
-        raise PlanError(f"no end-to-end inputs at {path}; pass --end-to-end-inputs <file>") from None
+        raise UserError(f"no end-to-end inputs at {path}; pass --end-to-end-inputs <file>") from None
     except (json.JSONDecodeError, KeyError, TypeError) as e:
-        raise PlanError(f"{path} holds no valid 'parts' ({e}); see pongtools/plan/end_to_end_inputs.json") from None
+        raise UserError(f"{path} holds no valid 'parts' ({e}); see pongtools/plan/end_to_end_inputs.json") from None
     for name, figure in figures.items():
         checked(path, "figure", name, figure, "value", KINDS[:2] + KINDS[3:])
     for name in NEEDED:
@@ -70,24 +70,24 @@ def checked(path, what, name, entry, number, kinds):
     """An entry needs its number, a kind, and what its kind must name; else one line says which."""
     kind = (entry or {}).get("kind") if isinstance(entry, dict) else None
     if not isinstance(entry.get(number) if kind else None, (int, float)) or kind not in kinds:
-        raise PlanError(f"{path}: {what} {name!r} needs its {number} and a kind, one of {', '.join(kinds)}")
+        raise UserError(f"{path}: {what} {name!r} needs its {number} and a kind, one of {', '.join(kinds)}")
     if not entry.get(WHY[kind]):
-        raise PlanError(f"{path}: {what} {name!r} is {kind} and names no {WHY[kind]}; add its {WHY[kind]!r}")
+        raise UserError(f"{path}: {what} {name!r} is {kind} and names no {WHY[kind]}; add its {WHY[kind]!r}")
 
 
 def sum_of(path, name, terms, figures):
     """(seconds, kind) of a projected part: its terms added; its kind the weakest of its figures', at best
     projected."""
     if not isinstance(terms, list) or not terms:
-        raise PlanError(f"{path}: part {name!r} is projected and names no terms; add its 'terms'")
+        raise UserError(f"{path}: part {name!r} is projected and names no terms; add its 'terms'")
     seconds, used = 0.0, []
     for term in terms:
         names = names_of(term)
         if names is None:
-            raise PlanError(f"{path}: part {name!r} has a term {term!r}; a term is a figure, or [megabytes, rate]")
+            raise UserError(f"{path}: part {name!r} has a term {term!r}; a term is a figure, or [megabytes, rate]")
         unknown = [n for n in names if n not in figures]
         if unknown:
-            raise PlanError(f"{path}: part {name!r} names no figure {unknown[0]!r}; add it under 'figures'")
+            raise UserError(f"{path}: part {name!r} names no figure {unknown[0]!r}; add it under 'figures'")
         seconds += term_seconds(term, figures)
         used += names
     return seconds, weakest(["projected", *(figures[n]["kind"] for n in used)])

@@ -20,10 +20,11 @@ import os
 import time
 
 import numpy as np
-from pgpong.run import Run
+from pgpong.cli import UserError
+from pgpong.rundir import RunDir
 from pgpong.store import StoreError
 
-from . import PlanError, milestones
+from . import milestones
 from .calibration import machine
 from .model import QUANTILES, quantile_mean
 
@@ -37,26 +38,26 @@ def load_inputs(path=INPUTS):
         with open(path) as f:
             return json.load(f)
     except FileNotFoundError:
-        raise PlanError(f"no plan inputs at {path}; build them with `make plan-inputs RUN=<run dir>`") from None
+        raise UserError(f"no plan inputs at {path}; build them with `make plan-inputs RUN=<run dir>`") from None
     except json.JSONDecodeError as e:
-        raise PlanError(f"{path} is not valid JSON ({e}); rebuild it with `make plan-inputs RUN=<run dir>`") from None
+        raise UserError(f"{path} is not valid JSON ({e}); rebuild it with `make plan-inputs RUN=<run dir>`") from None
 
 
 def read_run(run_dir):
-    """(metrics records, config) of a run dir, or PlanError in one line."""
-    run = Run(run_dir)
+    """(metrics records, config) of a run dir, or UserError in one line."""
+    run = RunDir(run_dir)
     try:
         records = run.metrics()
         config, _ = run.config()
     except (OSError, StoreError) as e:
-        raise PlanError(f"cannot read the metrics of {run.path} ({e}); pass RUN=<a trainer's --run-dir>") from None
+        raise UserError(f"cannot read the metrics of {run.path} ({e}); pass RUN=<a trainer's --run-dir>") from None
     if not records:
-        raise PlanError(f"{run.path} has no complete update yet; wait for the run's first update")
+        raise UserError(f"{run.path} has no complete update yet; wait for the run's first update")
     return records, config
 
 
 def learning_inputs(run_dir, reference=None, stage_episodes=STAGE_EPISODES, win_reward=WIN_REWARD):
-    """Episode-length stages and episodes to win, from one run's metrics (pgpong.run.Run.metrics).
+    """Episode-length stages and episodes to win, from one run's metrics (pgpong.rundir.RunDir.metrics).
 
     `reference` (the inputs file's "reference": figures of a run that went further,
     with their source) extends the stages past the run's end, the run's last stage
@@ -180,7 +181,7 @@ def fresh_inputs(run_dir):
     lines, config = read_run(run_dir)
     first = lines[0]
     if first["update"] != 1 or first["total_episodes"] != first["episodes"]:
-        raise PlanError(f"{Run(run_dir).path}'s metrics do not begin with its first update; pass a whole run")
+        raise UserError(f"{RunDir(run_dir).path}'s metrics do not begin with its first update; pass a whole run")
     lengths = np.asarray(first["episode_steps"], dtype=float)
     return {
         "run": str(run_dir),  # as given: a path in the repo stays one
@@ -238,7 +239,7 @@ def milestone_inputs(run_dir, play_update=None, play_source=None):
     try:
         return milestones.measure(records, config, str(run_dir), play_update, play_source)
     except ValueError as e:
-        raise PlanError(f"--play-update {play_update}: {e}") from None
+        raise UserError(f"--play-update {play_update}: {e}") from None
 
 
 def bench_core(bench_log):
@@ -249,11 +250,11 @@ def bench_core(bench_log):
         with open(bench_log) as f:
             lines = [fields(ln) for ln in f if ln.startswith("bench ")]
     except OSError as e:
-        raise PlanError(f"cannot read the bench output {bench_log} ({e})") from None
+        raise UserError(f"cannot read the bench output {bench_log} ({e})") from None
     start = next((ln for ln in lines if ln.get("workers") and not ln.get("phase")), {})
     trainer = [ln for ln in lines if ln.get("phase") == "trainer"]
     if not trainer:
-        raise PlanError(f"{bench_log} has no 'bench phase=trainer' line; save the whole output of `make bench`")
+        raise UserError(f"{bench_log} has no 'bench phase=trainer' line; save the whole output of `make bench`")
     return {
         "env_steps_per_s": float(trainer[-1]["env_steps_per_s_per_core"]),
         "source": "make_bench_trainer_phase",
@@ -302,7 +303,7 @@ def build_inputs(
         inputs["milestones"] = milestones.with_run(inputs.get("milestones", {}), found)
     missing = {"core", "costs", "learning"} - set(inputs)
     if missing:
-        raise PlanError(f"{path} still lacks {', '.join(sorted(missing))}; pass --calibration and --run")
+        raise UserError(f"{path} still lacks {', '.join(sorted(missing))}; pass --calibration and --run")
     with open(path, "w") as f:
         json.dump(inputs, f, indent=1)
         f.write("\n")

@@ -1,6 +1,6 @@
 """A run directory, opened once: its store, its checkpoints and its metrics. No Ray here.
 
-    run = Run("~/pong-runs/a")               # a folder, or s3://bucket/prefix
+    run = RunDir("~/pong-runs/a")             # a folder, or s3://bucket/prefix
     run.prepare()                            # the trainer: create it, check that it takes writes, lock it
     state = run.load_latest(config)          # the newest usable checkpoint, or None; run.loaded_path() names it
     run.trim_metrics(state.update)           # metrics only up to that checkpoint, a torn line cut
@@ -10,10 +10,10 @@
     run.metrics()                            # the tools: every update's record
     run.config()                             # the config the run was made with
 
-The trainer opens its run dir once and keeps the Run for its life; the tools (plot, play,
-ship, compare, sweep, plan) read runs through the same class. A Run owns its store, so what
+The trainer opens its run dir once and keeps the RunDir for its life; the tools (plot, play,
+ship, compare, sweep, plan) read runs through the same class. A RunDir owns its store, so what
 the store keeps between calls (S3 has no append: the segment being appended to) lives as
-long as the Run.
+long as the RunDir.
 """
 
 import gzip
@@ -34,7 +34,7 @@ AGENT_FILE = "pong-agent.npz"  # an exported agent's weights (make ship)
 RUN_RECORD = "run.json"
 
 
-class Run:
+class RunDir:
     """One run directory: a local folder (made absolute) or s3://bucket/prefix, and its store."""
 
     def __init__(self, path):
@@ -185,7 +185,7 @@ class Run:
 
     @classmethod
     def of_file(cls, path):
-        """(Run, file name) of a file in a run dir: '/d/ckpt-000001.npz' -> (Run('/d'), 'ckpt-000001.npz')."""
+        """(RunDir, file name) of a file in a run dir: '/d/ckpt-000001.npz' -> (RunDir('/d'), 'ckpt-000001.npz')."""
         path = str(path)
         if path.startswith("s3://"):
             head, _, name = path.rstrip("/").rpartition("/")

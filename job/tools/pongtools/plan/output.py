@@ -4,10 +4,11 @@ on demand and, for the workers, spot."""
 import dataclasses
 
 import yaml
+from pgpong.cli import UserError
 from pgpong.logline import kv, value
 
 from ..prices import beside_instance
-from . import PlanError, endtoend, model
+from . import endtoend, model
 
 
 @dataclasses.dataclass
@@ -37,7 +38,7 @@ def price_of(cluster_path, prices_path, instance_type=None, region=None):
         region = region or config["provider"]["region"]
         head = instance_type or node_config["InstanceType"]
     except (OSError, yaml.YAMLError, KeyError, TypeError):
-        raise PlanError(
+        raise UserError(
             f"cannot read the head's InstanceType and provider.region from {cluster_path}; "
             "pass --usd-per-node-hour instead"
         ) from None
@@ -47,10 +48,10 @@ def price_of(cluster_path, prices_path, instance_type=None, region=None):
         usd, source = prices["usd_per_hour"].get(region, {}).get(head), prices["source"]
         beside = beside_instance(node_config, region, prices)
     except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError):
-        raise PlanError(f"cannot read the prices in {prices_path}; pass --prices or --usd-per-node-hour") from None
+        raise UserError(f"cannot read the prices in {prices_path}; pass --prices or --usd-per-node-hour") from None
     if usd is None or beside is None:
         what = head if usd is None else f"the volumes of {head}"
-        raise PlanError(
+        raise UserError(
             f"{prices_path} has no price for {what} in {region}, only in {', '.join(sorted(prices['usd_per_hour']))};"
             " pass --usd-per-node-hour (ARGS=), the on-demand price of AWS's EC2 pricing page plus a node's volume and IPv4"
         )
