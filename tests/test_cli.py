@@ -159,3 +159,28 @@ def test_ctrl_c_is_130_without_a_traceback(tmp_path):
                 pytest.fail(f"still running 60 s after SIGINT; its stdout {out!r}, its threads:\n{err}")
     assert proc.returncode == 130, (proc.returncode, out, err)
     assert err == "logs: interrupted; the job runs on (`make stop-job` stops it)\n", err
+
+
+def test_a_reader_that_leaves_ends_the_program_quietly():
+    """`python -m infra.iam cluster/aws.yaml --table | head -0`: the table's reader is gone before it is written;
+    the program ends with 141 (a shell's SIGPIPE status), no traceback."""
+    import os
+    import subprocess
+    import sys
+
+    from harness import REPO
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # no reader, ever: the first write fails, as after `head` left
+    try:
+        ran = subprocess.run(
+            [sys.executable, "-m", "infra.iam", "cluster/aws.yaml", "--table"],
+            cwd=REPO,
+            env=clean_env(),
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+    assert ran.returncode == 141 and ran.stderr == b"", (ran.returncode, ran.stderr.decode())

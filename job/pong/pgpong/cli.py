@@ -13,17 +13,18 @@ run() is the one place a program's end becomes its exit status: main's own statu
 UserError, a mistake the user can fix, one line `error: <message>` (or `<prog>: <message>` for a
 program whose lines carry its name: submit, jobs, preflight) and 2; a Failure, something that stopped
 the program by no fault of the user's and that it can say (AWS out of reach, a run dir that stopped
-taking writes), one line the same way and 1; Ctrl-C 130; any other exception, a bug, its traceback
-and 1. Through make, any of these but 0 is make's own exit 2; the program's status is the N of
+taking writes), one line the same way and 1; Ctrl-C 130; a reader that left (`| head`) 141, quietly; any
+other exception, a bug, its traceback and 1. Through make, any of these but 0 is make's own exit 2; the program's status is the N of
 make's `make: *** [Makefile:L: target] Error N` line. A flag the parser refuses prints `<prog>: error: <what was wrong>
 (see --help)`, not argparse's usage block, and exits 2 as well.
 """
 
 import argparse
+import os
 import sys
 import traceback
 
-MISTAKE, FAILURE, INTERRUPTED = 2, 1, 130
+MISTAKE, FAILURE, INTERRUPTED, BROKEN_PIPE = 2, 1, 130, 141  # 141: 128 + SIGPIPE, as a shell's
 
 
 class UserError(Exception):
@@ -92,6 +93,9 @@ def status(main, argv=None, prog=None):
         return FAILURE
     except KeyboardInterrupt:
         return INTERRUPTED
+    except BrokenPipeError:  # its reader left (`| head`): nothing more to say, no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so Python's own flush at exit is quiet
+        return BROKEN_PIPE
     except Exception:  # noqa: BLE001 (every other exception is a failure: its traceback, exit 1)
         traceback.print_exc()
         return FAILURE
