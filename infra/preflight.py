@@ -3,6 +3,7 @@
     make preflight                                          # CLUSTER=cluster/aws.yaml
     make preflight NODES=2 TYPE=c5.4xlarge                  # the copy `make up` launches of that size
     .venv/bin/python infra/preflight.py cluster/aws.yaml    # the same, by hand
+    .venv/bin/python infra/preflight.py cluster/aws.yaml --before-up  # make up's and run's: quota, types; exit 2
 
 Reads the YAML as `ray up` does (Ray's defaults filled in, Ray's validator run) and asks
 AWS, with read-only calls, whether `ray up` can get what the YAML asks for:
