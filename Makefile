@@ -25,6 +25,7 @@ CLUSTER ?= cluster/aws.yaml
 REGION ?=
 # MAX_USD_PER_HOUR: `make up`, `run` and `preflight` refuse a cluster whose nodes cost more an hour on demand
 # (infra/prices.yaml; 11 c5.9xlarge: 16.83) and print its cost; raise it on the command line to launch one.
+# Nodes of a type or region infra/prices.yaml has no price for are refused too, unless MAX_USD_PER_HOUR=none.
 MAX_USD_PER_HOUR ?= 30
 SPOT ?= 0
 TYPE ?=
@@ -183,6 +184,11 @@ endef
 define need-node-platform
 $(if $(IMAGE),infra/image-platform.sh "$(IMAGE)" make --if-present,true)
 endef
+# What is launched against the account, where this machine has AWS credentials: its vCPUs within the quota that is
+# free in its region, and node types that can run the trainer (infra/preflight.py --before-up); a line says when not.
+define need-account
+$(BIN)/python -m infra.preflight "$(LAUNCH)" --before-up $(if $(SIZE_NODES)$(SIZE_TYPE),--said "$(strip $(if $(SIZE_NODES),NODES=$(SIZE_NODES)) $(if $(SIZE_TYPE),TYPE=$(SIZE_TYPE)))")
+endef
 # The cluster token, made after a target's checks: a refused command writes nothing. Ray writes it (and ~/.ray)
 # with the shell's umask, 0644 under the usual 022; umask 077 makes them 0600 and 0700 from the start.
 define make-token
@@ -302,6 +308,7 @@ up: $(INSTALLED) ## Launch or update the cluster: make token, then ray up -y CLU
 	@$(need-own-values)
 	@$(need-node-platform)
 	@$(write-variant)
+	@$(need-account)
 	@$(say-image)
 	@$(make-token)
 	@echo "ray up -y $(LAUNCH)"
@@ -316,6 +323,7 @@ run: $(TOOLS) ## Up, submit JOB with ARGS (MAX_HOURS: its cap), follow, fetch th
 	@$(need-node-platform)
 	@LAST_JOB_FILE=$(LAST_JOB_FILE) $(PONGTOOLS).launch --check --cluster $(CLUSTER) $(LAUNCH_ARGS) -- $(ARGS)
 	@$(write-variant)
+	@$(need-account)
 	@$(say-image)
 	@$(make-token)
 	@LAST_JOB_FILE=$(LAST_JOB_FILE) $(PONGTOOLS).launch --cluster $(LAUNCH) $(LAUNCH_ARGS) -- $(ARGS)

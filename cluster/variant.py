@@ -42,8 +42,8 @@ mistake, in the flags or in the cluster file, is one line and exit 2 that names 
 (NODES=0), and nothing is written: among them a TYPE of GPUs or without the memory of a rollout actor a core
 (DescribeInstanceTypes' GpuInfo and MemoryInfo), a node_config EC2's RunInstances would refuse (botocore's model of
 it, pongtools.clusterfile), an ECR image of another region than the nodes', and nodes that cost more an hour on
-demand (infra/prices.yaml) than --max-usd-per-hour (MAX_USD_PER_HOUR), whose line says their cost. EC2 out of
-reach (no credentials, no network) is one line and exit 1.
+demand (infra/prices.yaml) than --max-usd-per-hour (MAX_USD_PER_HOUR), whose line says their cost, or that it has
+no price for (unless MAX_USD_PER_HOUR=none). EC2 out of reach (no credentials, no network) is one line and exit 1.
 """
 
 import copy
@@ -56,7 +56,7 @@ import yaml
 from pgpong.cli import Failure, Parser, UserError, at_least, checked, non_negative, positive, run
 from pgpong.logline import kv
 from pongtools import REPO
-from pongtools.clusterfile import AUTODOWN, autodown_minutes, backstop, backstop_steps, refusal
+from pongtools.clusterfile import AUTODOWN, autodown_minutes, backstop, backstop_steps, fits, refusal
 from pongtools.clusterfile import size as most_nodes
 from pongtools.timecap import HOURS_MOST
 
@@ -149,33 +149,6 @@ def ec2_types(region, instance_types, client=None):
             continue
         infos[instance_type] = info
     return infos
-
-
-# What a node of TYPE must hold besides: a rollout actor per core at its peak (docs/samples/train-run.txt:
-# actor_peak_rss_mb=286.1, rounded up), Ray's own processes and the trainer's driver on the head (its
-# driver_peak_rss_mb=272.6, with raylet, GCS and dashboard), in the memory Ray leaves beside its object store
-# (30% of a node's memory by default).
-ACTOR_MIB = 300
-NODE_MIB = 1024
-OBJECT_STORE_SHARE = 0.3
-
-
-def fits(instance_type, info):
-    """UserError unless a node of instance_type (its DescribeInstanceTypes entry) can run the trainer: no GPU,
-    which it would never use, and the memory for a rollout actor on each of its cores."""
-    gpus = sum(g.get("Count", 0) for g in (info.get("GpuInfo") or {}).get("Gpus", []))
-    if info.get("GpuInfo"):
-        raise UserError(
-            f"TYPE={instance_type} is a GPU type ({gpus} GPUs); the trainer plays and learns on CPUs only, so the GPUs"
-            " would bill unused: take a CPU type such as c5.4xlarge"
-        )
-    cores, mib = info["VCpuInfo"]["DefaultCores"], info.get("MemoryInfo", {}).get("SizeInMiB", 0)
-    need = cores * ACTOR_MIB + NODE_MIB
-    if need > mib * (1 - OBJECT_STORE_SHARE):
-        raise UserError(
-            f"TYPE={instance_type} has {mib} MiB, and its {cores} rollout actors need about {need} MiB beside Ray's"
-            f" object store ({cores} x {ACTOR_MIB} + {NODE_MIB}): take a type with more memory, such as c5.large"
-        )
 
 
 def sized(config, nodes=None, types=None, cores=None):
@@ -486,7 +459,7 @@ def with_size(config, nodes, instance_type):
                 " check your AWS credentials, as for `make preflight`"
             ) from None
         if instance_type in infos:
-            fits(instance_type, infos[instance_type])
+            fits(instance_type, infos[instance_type])  # UserError, naming TYPE=
         cores = {name: info["VCpuInfo"]["DefaultCores"] for name, info in infos.items()}
     made, left_out = sized(config, nodes, types, cores)
     head = made["available_node_types"][made["head_node_type"]]
@@ -524,8 +497,9 @@ def main(argv=None):
     p.add_argument("--image-from", help="the file IMAGE was read from (make's .cache/pushed-image), for its messages")
     p.add_argument(
         "--max-usd-per-hour",
-        type=checked(positive, "USD > 0"),
-        help="refuse a cluster whose nodes cost more an hour on demand (infra/prices.yaml) than this (MAX_USD_PER_HOUR)",
+        type=checked(usd_bound, "USD > 0, or none (no bound, for nodes infra/prices.yaml has no price for)"),
+        help="refuse a cluster whose nodes cost more an hour on demand (infra/prices.yaml) than this, or have no price"
+        " there (MAX_USD_PER_HOUR; none: no bound)",
     )
     p.add_argument("--out", help="the YAML to write (none: check the cluster file, write nothing)")
     a = p.parse_args(argv)
@@ -563,23 +537,33 @@ def main(argv=None):
     report(made, node_type, size, a)
 
 
+def usd_bound(text):
+    """MAX_USD_PER_HOUR: USD > 0, or none (infinity: no bound, the one way to launch nodes without a price)."""
+    return math.inf if text == "none" else positive(text)
+
+
 def affordable(made, a):
     """UserError unless the nodes the launched copy may start cost at most a.max_usd_per_hour an hour on demand,
-    by infra/prices.yaml (a type or region it does not list: not checked here; make preflight says its price)."""
+    by infra/prices.yaml; nodes of a type or region it has no price for only with MAX_USD_PER_HOUR=none."""
     from pongtools.plan.output import price_of
 
     types = made.get("available_node_types") or {}
     head = (types.get(made.get("head_node_type")) or {}).get("node_config", {}).get("InstanceType")
-    if not head:  # a list of hosts (cluster/local.yaml), which bills nobody here
-        return
-    try:
-        price = price_of(a.cluster, REPO / "infra" / "prices.yaml", head)
-    except UserError:
+    if not head or a.max_usd_per_hour == math.inf:  # a list of hosts (cluster/local.yaml) bills nobody here
         return
     nodes, _ = most_nodes(made)
+    what = f"NODES={a.nodes}" if a.nodes is not None else f"{a.cluster}'s {nodes} nodes"
+    region = made["provider"]["region"]
+    try:
+        price = price_of(a.cluster, REPO / "infra" / "prices.yaml", head, region)
+    except UserError:
+        raise UserError(
+            f"{what} of {head} in {region} have no price in infra/prices.yaml, so their cost cannot be held to"
+            f" MAX_USD_PER_HOUR={a.max_usd_per_hour:g}; add its on-demand price there, or pass MAX_USD_PER_HOUR=none"
+            " to launch them unpriced"
+        ) from None
     usd = nodes * price.usd_per_node_hour
     if usd > a.max_usd_per_hour:
-        what = f"NODES={a.nodes}" if a.nodes is not None else f"{a.cluster}'s {nodes} nodes"
         raise UserError(
             f"{what} of {head} cost USD {usd:.2f} an hour on demand ({price.source}), over MAX_USD_PER_HOUR="
             f"{a.max_usd_per_hour:g}; pass MAX_USD_PER_HOUR={math.ceil(usd)} to launch them all the same, or fewer NODES"

@@ -3,6 +3,7 @@
     make preflight                                          # CLUSTER=cluster/aws.yaml
     make preflight NODES=2 TYPE=c5.4xlarge                  # the copy `make up` launches of that size
     .venv/bin/python -m infra.preflight cluster/aws.yaml    # the same, by hand
+    .venv/bin/python -m infra.preflight cluster/aws.yaml --before-up  # make up's and run's: quota, types; exit 2
 
 Reads the YAML as `ray up` does (Ray's defaults filled in, Ray's validator run) and asks
 AWS, with read-only calls, whether `ray up` can get what the YAML asks for:
@@ -67,6 +68,7 @@ from botocore.parsers import ResponseParserError
 from pgpong import cli  # the one CLI helper: one-line mistakes, exit 2 (installed by make setup)
 from pgpong.cli import UserError
 from pgpong.logline import kv  # the one key=value formatter
+from pongtools.clusterfile import fits  # whether a node of a type can run the trainer: TYPE= is checked by it too
 from pongtools.prices import beside_instance  # what a node bills beside its instance: make plan counts it too
 
 from infra import iam as iam_setup  # infra/iam.py: the names, tags and policies `make iam` gives
@@ -197,12 +199,13 @@ def check_region(report, ec2, region):
 
 
 def check_instance_types(report, ec2, plan, config):
-    """{instance type: vCPUs} for every type in the plan, or None if one is wrong."""
+    """{instance type: vCPUs} for every type in the plan, or None if one is wrong: one EC2 lacks, one that cannot run
+    the trainer (a GPU type, too little memory for its actors: pongtools.clusterfile.fits), fewer vCPUs than Ray's."""
     wanted = sorted({node_config.get("InstanceType", "") for _, node_config, _, _ in plan})
     known = {}
     try:
         for info in ec2.describe_instance_types(InstanceTypes=wanted)["InstanceTypes"]:
-            known[info["InstanceType"]] = info["VCpuInfo"]
+            known[info["InstanceType"]] = info
     except ClientError as error:
         if "InvalidInstanceType" not in aws_message(error):
             raise
@@ -212,27 +215,39 @@ def check_instance_types(report, ec2, plan, config):
         if instance_type not in known:
             report.fail(
                 "instance-type",
-                f"set InstanceType of {name} to an EC2 instance type, e.g. c5.9xlarge",
+                f"{name}'s InstanceType {instance_type} is no instance type EC2 offers here: set it to one, e.g."
+                " c5.9xlarge",
                 node_type=name,
                 instance_type=instance_type,
             )
             all_ok = False
             continue
-        vcpus = known[instance_type]["DefaultVCpus"]
+        vcpus = known[instance_type]["VCpuInfo"]["DefaultVCpus"]
         ray_cpus = config["available_node_types"][name].get("resources", {}).get("CPU", "auto")
         fields = dict(
             node_type=name,
             instance_type=instance_type,
             vcpus=vcpus,
-            cores=known[instance_type].get("DefaultCores", "unknown"),
+            cores=known[instance_type]["VCpuInfo"].get("DefaultCores", "unknown"),
             ray_cpus=ray_cpus,
         )
+        try:
+            said = f"{name}'s InstanceType {instance_type}"
+            fits(instance_type, known[instance_type], said, None if ray_cpus == "auto" else ray_cpus)
+        except UserError as unfit:
+            report.fail("instance-type", str(unfit), **fields)
+            all_ok = False
+            continue
         if ray_cpus != "auto" and ray_cpus > vcpus:
-            report.fail("instance-type", f"lower resources.CPU of {name} to at most {vcpus}", **fields)
+            report.fail(
+                "instance-type",
+                f"{name}'s resources.CPU {ray_cpus} is more than the {vcpus} vCPUs of {instance_type}: lower it",
+                **fields,
+            )
             all_ok = False
         else:
             report.ok("instance-type", **fields)
-    return {t: info["DefaultVCpus"] for t, info in known.items()} if all_ok else None
+    return {t: info["VCpuInfo"]["DefaultVCpus"] for t, info in known.items()} if all_ok else None
 
 
 def region_zones(ec2):
@@ -821,17 +836,80 @@ def guarded(report, check, step, *args):
         return None
 
 
-def run_checks(report, config, path, full=None):
-    region = config["provider"]["region"]
-    plan = node_plan(config)
-    print(kv("preflight", cluster=path, region=region, nodes=sum(count for _, _, count, _ in plan)), flush=True)
+def aws_session(provider):
+    """The boto3 session of a cluster's provider section (its region, its aws_credentials); UserError where AWS_PROFILE
+    names no profile."""
     try:
-        session = boto3.session.Session(region_name=region, **config["provider"].get("aws_credentials", {}))
+        return boto3.session.Session(region_name=provider["region"], **provider.get("aws_credentials", {}))
     except ProfileNotFound:
         raise UserError(
             f"AWS_PROFILE={os.environ.get('AWS_PROFILE')} names no profile in ~/.aws/config or ~/.aws/credentials;"
             " name one of `aws configure list-profiles`, or unset AWS_PROFILE"
         ) from None
+
+
+class Refusals(Report):
+    """A Report for before_up: it prints a warning's reason alone and keeps each failed check's fix and fields for
+    its one-line refusal."""
+
+    def __init__(self):
+        super().__init__()
+        self.fails = []
+
+    def ok(self, check, **fields):
+        pass
+
+    def warn(self, check, reason, **fields):
+        self.warnings += 1
+        print(kv(check=check, status="warn", reason=reason), flush=True)
+
+    def fail(self, check, fix, **fields):
+        self.failed.append(check)
+        self.fails.append((check, fix, fields))
+
+
+def before_up(path, said=None):
+    """`make up` and `make run` before `ray up`: UserError where the launched copy at path needs more vCPUs than the
+    account's quota has free in its region (check_quotas, as make preflight reads it), or a node type that cannot run
+    the trainer (check_instance_types); nothing else of preflight. Without AWS credentials, or where AWS does not
+    answer, one line says they were not checked, and `ray up` goes on. said: how the size was typed (NODES=40)."""
+    with open(path) as f:
+        provider = (yaml.safe_load(f) or {}).get("provider") or {}
+    if provider.get("type") != "aws":  # cluster/local.yaml: no account, no quota
+        return 0
+    session = aws_session(provider)
+    if session.get_credentials() is None:  # the chain of files and variables, no call to AWS
+        print(kv(check="quota", status="not_checked", reason="no AWS credentials here; make preflight checks it"))
+        return 0
+    config = load_cluster(path)
+    plan = node_plan(config)
+    refusals = Refusals()
+    try:
+        ec2 = session.client("ec2", config=AWS_CALLS)
+        vcpus = check_instance_types(refusals, ec2, plan, config)
+        if vcpus:
+            check_quotas(refusals, session, ec2, plan, vcpus, config["cluster_name"])
+    except (ClientError, BotoCoreError) as error:
+        print(kv(check="quota", status="not_checked", reason=f"AWS did not answer ({aws_message(error)})"))
+        return 0
+    for check, fix, fields in refusals.fails:
+        if check == "instance-type":  # its fix names the node type, what is wrong and what to do
+            raise UserError(f"{path}: {fix}")
+        what = said or f"the {sum(count for _, _, count, _ in plan)} nodes of {path}"
+        wanted = int(fields["need"]) + int(fields["in_use"])
+        raise UserError(
+            f"{what} need {fields['need']} vCPUs of quota {fields['quota']} ({fields['name']}) in"
+            f" {provider['region']}, which allows {fields['limit']} with {fields['in_use']} in use: request at least"
+            f" {wanted} (make preflight prints the command), or fewer NODES"
+        )
+    return 0
+
+
+def run_checks(report, config, path, full=None):
+    region = config["provider"]["region"]
+    plan = node_plan(config)
+    print(kv("preflight", cluster=path, region=region, nodes=sum(count for _, _, count, _ in plan)), flush=True)
+    session = aws_session(config["provider"])
     later = ["instance-type", "zones", "image", "quota", "size", "quota-request", "key-pair", "instance-profile"]
     later[later.index("key-pair") : later.index("key-pair")] = ["cluster-name"]
     later.append("laptop-policy")
@@ -901,7 +979,15 @@ def main(argv=None):
     parser.add_argument(
         "--full", help="the cluster YAML whose own size the printed quota request is for (default: the one checked)"
     )
+    parser.add_argument(
+        "--before-up",
+        action="store_true",
+        help="make up's check before `ray up`: only the quota and the instance types, a refusal in one line (exit 2)",
+    )
+    parser.add_argument("--said", help="with --before-up: how the size was typed, for the refusal (NODES=40)")
     args = parser.parse_args(argv)
+    if args.before_up:
+        return before_up(args.cluster, args.said)
     config = load_cluster(args.cluster)
     full = load_cluster(args.full) if args.full else None
     report = Report()

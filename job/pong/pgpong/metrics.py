@@ -5,6 +5,8 @@ import gzip
 import json
 import re
 
+from pgpong.store import StoreError
+
 # Metrics are one JSON line per update. A local run dir appends them to metrics.jsonl. S3
 # has no append, so an S3 run dir writes them in segments of SEGMENT_UPDATES updates,
 # metrics-NNNNNN.jsonl named by their first update: each update PUTs only its own segment,
@@ -35,6 +37,10 @@ def metrics_segment(update):
     return f"metrics-{first:06d}.jsonl"
 
 
+class MetricsError(StoreError):
+    """A whole line of a run's metrics that is no update's record: the file is corrupt, not being written."""
+
+
 class MetricsLog:
     """The metrics of the run dir at path, in its store (pgpong.store): written by the trainer, read by every tool."""
 
@@ -53,27 +59,35 @@ class MetricsLog:
 
     def records(self):
         """Every update's record, in order: metrics.jsonl and an S3 run's segments joined, or an
-        exported run's metrics.jsonl.gz. A line still being written, or cut short, is skipped.
+        exported run's metrics.jsonl.gz. A file's last line without its newline (still being written,
+        or cut short) is skipped.
 
         FileNotFoundError if the run has no metrics yet, StoreError if the run dir cannot be
-        reached (S3 credentials, a missing bucket).
+        reached (S3 credentials, a missing bucket), MetricsError (a StoreError) for a whole line that is
+        no record, named by its file and line number.
         """
         names = self.store.names()
         files = self.files(names)
         if files:
-            parts = [self.store.read(name).decode(errors="replace") for name in files]
-            text = "".join(p if p.endswith("\n") or not p else p + "\n" for p in parts)  # a cut line stays alone
+            texts = [(name, self.store.read(name).decode(errors="replace")) for name in files]
         elif SHIPPED_METRICS in names:
-            text = gzip.decompress(self.store.read(SHIPPED_METRICS)).decode(errors="replace")
+            texts = [(SHIPPED_METRICS, gzip.decompress(self.store.read(SHIPPED_METRICS)).decode(errors="replace"))]
         else:
             raise FileNotFoundError(f"{self.path} has no {METRICS}")
         records = []
-        for line in text.splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and "update" in record:
+        for name, text in texts:
+            for number, line in enumerate(text.splitlines(keepends=True), 1):
+                if not line.endswith("\n"):  # the line being written
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    record = None
+                if not isinstance(record, dict) or "update" not in record:
+                    raise MetricsError(
+                        f"{self.path}/{name} line {number} is no update's record ({line[:40]!r}): the file is corrupt;"
+                        " remove that line (a resumed run cuts it itself)"
+                    )
                 records.append(record)
         return records
 

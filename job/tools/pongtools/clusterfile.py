@@ -106,6 +106,37 @@ def refusal(config):
     return f"is refused by EC2: {said}" if said else None
 
 
+# What a node must hold besides: a rollout actor per CPU at its peak (docs/samples/train-run.txt:
+# actor_peak_rss_mb=286.1, rounded up), Ray's own processes and the trainer's driver on the head (its
+# driver_peak_rss_mb=272.6, with raylet, GCS and dashboard), in the memory Ray leaves beside its object store
+# (30% of a node's memory by default).
+ACTOR_MIB = 300
+NODE_MIB = 1024
+OBJECT_STORE_SHARE = 0.3
+
+
+def fits(instance_type, info, said=None, actors=None):
+    """UserError unless a node of instance_type (its DescribeInstanceTypes entry) can run the trainer: no GPU, which
+    it would never use, and the memory for `actors` rollout actors (None: one a physical core). said: how the type is
+    named (default TYPE=<instance_type>, as `make up TYPE=` and cluster/variant.py size it; make up's check of a YAML's
+    own types, infra/preflight.py, names the node type)."""
+    said = said or f"TYPE={instance_type}"
+    gpus = sum(g.get("Count", 0) for g in (info.get("GpuInfo") or {}).get("Gpus", []))
+    if info.get("GpuInfo"):
+        raise UserError(
+            f"{said} is a GPU type ({gpus} GPUs); the trainer plays and learns on CPUs only, so the GPUs"
+            " would bill unused: take a CPU type such as c5.4xlarge"
+        )
+    actors = actors or info["VCpuInfo"]["DefaultCores"]
+    mib = info.get("MemoryInfo", {}).get("SizeInMiB", 0)
+    need = actors * ACTOR_MIB + NODE_MIB
+    if need > mib * (1 - OBJECT_STORE_SHARE):
+        raise UserError(
+            f"{said} has {mib} MiB, and its {actors} rollout actors need about {need} MiB beside Ray's"
+            f" object store ({actors} x {ACTOR_MIB} + {NODE_MIB}): take a type with more memory, such as a c5 one"
+        )
+
+
 def read(path):
     """The launcher config at path as a dict, once Ray's launcher would accept it. One line (UserError) when it
     is no YAML or Ray refuses it."""
