@@ -6,6 +6,7 @@ prepare_config, then validate_config). The rest checks the promises in their com
 token copied to every node, the image named in infra/image.env, no Ray port for the world.
 """
 
+import os
 import re
 import shlex
 import sys
@@ -480,7 +481,8 @@ def test_without_out_variant_checks_the_yaml_and_prints_what_make_up_launches(tm
     path = REPO / "cluster" / cluster
     made = run(
         [sys.executable, "-m", "cluster.variant", str(path), "--spot", "0"],
-        clean_env(PYTHONPATH=str(REPO)),  # run elsewhere than the repo root, so that what it writes would show
+        # run elsewhere than the repo root, so that what it writes would show
+        clean_env(PYTHONPATH=os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])),
         timeout=60,
         cwd=tmp_path,
     )
