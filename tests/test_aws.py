@@ -1071,6 +1071,12 @@ def test_make_up_refuses_a_cluster_of_its_name_launched_elsewhere_and_NAME_keeps
     head = boto("iam").get_role_policy(RoleName="pong-ray-head-alice", PolicyName="pong-ray-head-alice-policy")
     (terminate,) = [s for s in head["PolicyDocument"]["Statement"] if s["Sid"] == "TerminateClusterInstances"]
     assert terminate["Condition"]["StringEquals"]["ec2:ResourceTag/ray-cluster-name"] == "alice", terminate
+    # alice's leftovers: its own roles; Ray's key pair of the region, which pong runs with, kept.
+    listed = run(["make", "leftovers", "NAME=alice", f"VARIANT_DIR={tmp_path / 'variants'}"], clean_env(), timeout=180)
+    found = {(x["kind"], x["name"]): x for x in (fields(y) for y in listed.stdout.splitlines()) if "kind" in x}
+    assert found[("role", "pong-ray-head-alice")]["status"] == "found", listed.stdout
+    assert (found[("key-pair", key)]["status"], found[("key-pair", key)]["in_use_by"]) == ("kept", "pong"), found
+    assert "NAME=alice" in listed.stdout.splitlines()[-1], listed.stdout
 
     (aws.home / ".ssh").mkdir(exist_ok=True)
     (aws.home / ".ssh" / f"{key}.pem").write_text("its private key")  # as `ray up` from this laptop left it
