@@ -21,8 +21,13 @@ CLUSTER ?= cluster/aws.yaml
 # (NODES alone keeps the type, TYPE alone the count; `make preflight` names the largest size your quota allows).
 # REGION=R: the AWS region of up, run, down, dashboard, preflight, iam, plan, leftovers (empty: CLUSTER's provider.region,
 # us-west-2 for cluster/aws.yaml), in R's zones that offer the instance types, as EC2 says (docs/aws.md#preflight).
+# NAME=N (on the command line; WSL's NAME in the environment is the host's): the cluster's name, N for up, run, down,
+# dashboard, preflight, iam, leftovers (empty: CLUSTER's cluster_name, pong), and its own roles (`make iam NAME=N`).
+# `make up` and `make run` refuse a cluster of that name in the region that this laptop did not launch.
 # Any of them launches a copy of CLUSTER that cluster/variant.py writes into VARIANT_DIR.
 REGION ?=
+NAME ?=
+OWN_NAME = $(if $(filter command line,$(origin NAME)),$(NAME))
 # MAX_USD_PER_HOUR: `make up`, `run` and `preflight` refuse a cluster whose nodes cost more an hour on demand
 # (infra/prices.yaml; 11 c5.9xlarge: 16.83) and print its cost; raise it on the command line to launch one.
 # Nodes of a type or region infra/prices.yaml has no price for are refused too, unless MAX_USD_PER_HOUR=none.
@@ -132,10 +137,10 @@ JOBS = $(notdir $(patsubst %/,%,$(dir $(patsubst %/,%,$(dir $(wildcard job/*/*/t
 # `make plan`'s; a TYPE in the shell's environment is not taken without a word).
 SIZE_NODES = $(if $(filter command line,$(origin NODES)),$(NODES))
 SIZE_TYPE = $(if $(filter command line,$(origin TYPE)),$(TYPE))
-LAUNCH = $(if $(filter-out 0,$(SPOT))$(MIN_WORKERS)$(AUTODOWN)$(MAX_NODE_HOURS)$(IMAGE)$(SIZE_NODES)$(SIZE_TYPE)$(REGION),$(VARIANT_DIR)/$(basename $(notdir $(CLUSTER)))-spot$(SPOT)$(if $(MIN_WORKERS),-min$(MIN_WORKERS))$(if $(AUTODOWN),-autodown$(AUTODOWN))$(if $(MAX_NODE_HOURS),-hours$(MAX_NODE_HOURS))$(if $(IMAGE),-pull)$(if $(SIZE_NODES),-n$(SIZE_NODES))$(if $(SIZE_TYPE),-$(SIZE_TYPE))$(if $(REGION),-$(REGION)).yaml,$(CLUSTER))
-# The cluster of down, dashboard and iam: CLUSTER, or with REGION its copy moved to that region alone (ray down and
-# ray dashboard find the cluster by its name and region, make iam scopes the roles' policies to the region).
-REGIONAL = $(if $(REGION),$(VARIANT_DIR)/$(basename $(notdir $(CLUSTER)))-$(REGION).yaml,$(CLUSTER))
+LAUNCH = $(if $(filter-out 0,$(SPOT))$(MIN_WORKERS)$(AUTODOWN)$(MAX_NODE_HOURS)$(IMAGE)$(SIZE_NODES)$(SIZE_TYPE)$(REGION)$(OWN_NAME),$(VARIANT_DIR)/$(basename $(notdir $(CLUSTER)))-spot$(SPOT)$(if $(MIN_WORKERS),-min$(MIN_WORKERS))$(if $(AUTODOWN),-autodown$(AUTODOWN))$(if $(MAX_NODE_HOURS),-hours$(MAX_NODE_HOURS))$(if $(IMAGE),-pull)$(if $(SIZE_NODES),-n$(SIZE_NODES))$(if $(SIZE_TYPE),-$(SIZE_TYPE))$(if $(OWN_NAME),-$(OWN_NAME))$(if $(REGION),-$(REGION)).yaml,$(CLUSTER))
+# The cluster of down, dashboard and iam: CLUSTER, or with REGION or NAME its copy moved to that region or named so
+# alone (ray down and ray dashboard find the cluster by its name and region, make iam scopes the roles' policies to both).
+REGIONAL = $(if $(REGION)$(OWN_NAME),$(VARIANT_DIR)/$(basename $(notdir $(CLUSTER)))$(if $(OWN_NAME),-$(OWN_NAME))$(if $(REGION),-$(REGION)).yaml,$(CLUSTER))
 # How every tool target runs its tool, $(PONGTOOLS).<tool>: a module of the tools package job/tools/pongtools
 # (never shipped), which imports the job's package pgpong (job/pong); both installed by `make setup`.
 PONGTOOLS = python -m pongtools
@@ -156,13 +161,14 @@ if [[ ! -f "$(CLUSTER)" ]]; then \
   echo "make: cluster config $(CLUSTER) does not exist; pass CLUSTER=<file.yaml>" >&2; exit 2; fi
 endef
 # Checks CLUSTER and the choices (a mistake: one line, exit 2, nothing written), writes the launched copy if
-# any choice asks for one, and prints variant's line: what is launched, its autodown and backstop.
+# any choice asks for one, and prints variant's line: what is launched, its autodown and backstop. REGIONAL after it:
+# the launched copy's checks (an IMAGE in ECR of another region than the nodes') come before EC2 is asked for zones.
 define write-variant
-$(write-regional) && $(BIN)/python -m cluster.variant "$(CLUSTER)" --spot "$(SPOT)" --max-usd-per-hour "$(MAX_USD_PER_HOUR)" $(if $(filter file,$(origin IMAGE)),--image-from "$(PUSHED_IMAGE_FILE)") $(if $(MIN_WORKERS),--min-workers "$(MIN_WORKERS)") $(if $(AUTODOWN),--autodown "$(AUTODOWN)") $(if $(MAX_NODE_HOURS),--max-node-hours "$(MAX_NODE_HOURS)") $(if $(IMAGE),--image "$(IMAGE)") $(if $(SIZE_NODES),--nodes "$(SIZE_NODES)") $(if $(SIZE_TYPE),--instance-type "$(SIZE_TYPE)") $(if $(REGION),--region "$(REGION)") $(if $(filter-out $(CLUSTER),$(LAUNCH)),--out "$(LAUNCH)")
+$(BIN)/python -m cluster.variant "$(CLUSTER)" --spot "$(SPOT)" --max-usd-per-hour "$(MAX_USD_PER_HOUR)" $(if $(filter file,$(origin IMAGE)),--image-from "$(PUSHED_IMAGE_FILE)") $(if $(MIN_WORKERS),--min-workers "$(MIN_WORKERS)") $(if $(AUTODOWN),--autodown "$(AUTODOWN)") $(if $(MAX_NODE_HOURS),--max-node-hours "$(MAX_NODE_HOURS)") $(if $(IMAGE),--image "$(IMAGE)") $(if $(SIZE_NODES),--nodes "$(SIZE_NODES)") $(if $(SIZE_TYPE),--instance-type "$(SIZE_TYPE)") $(if $(REGION),--region "$(REGION)") $(if $(OWN_NAME),--name "$(OWN_NAME)") $(if $(filter-out $(CLUSTER),$(LAUNCH)),--out "$(LAUNCH)") && $(write-regional)
 endef
-# With REGION, writes REGIONAL (quietly: write-variant's line says the region); a mistake is one line, exit 2.
+# With REGION or NAME, writes REGIONAL (quietly: write-variant's line says them); a mistake is one line, exit 2.
 define write-regional
-$(if $(REGION),$(BIN)/python -m cluster.variant "$(CLUSTER)" --region "$(REGION)" --out "$(REGIONAL)" >/dev/null,true)
+$(if $(REGION)$(OWN_NAME),$(BIN)/python -m cluster.variant "$(CLUSTER)" $(if $(REGION),--region "$(REGION)") $(if $(OWN_NAME),--name "$(OWN_NAME)") --out "$(REGIONAL)" >/dev/null,true)
 endef
 define say-image
 echo "image path=$(if $(IMAGE),pull image=$(IMAGE) from=$(if $(filter file,$(origin IMAGE)),$(PUSHED_IMAGE_FILE),IMAGE),build image=$(shell sed -n 's/^IMAGE=//p' infra/image.env) on=every_node)"
@@ -184,8 +190,10 @@ endef
 define need-node-platform
 $(if $(IMAGE),infra/image-platform.sh "$(IMAGE)" make --if-present,true)
 endef
-# What is launched against the account, where this machine has AWS credentials: its vCPUs within the quota that is
-# free in its region, and node types that can run the trainer (infra/preflight.py --before-up); a line says when not.
+# What is launched against the account, where this machine has AWS credentials (infra/preflight.py --before-up): no
+# cluster of its name launched elsewhere in its region (Ray's launcher and autodown tell clusters apart by
+# cluster_name alone; launched here = the private key of its key pair is in ~/.ssh), its vCPUs within the quota that
+# is free in its region, and node types that can run the trainer. Without credentials a line says "not checked".
 define need-account
 $(BIN)/python -m infra.preflight "$(LAUNCH)" --before-up $(if $(SIZE_NODES)$(SIZE_TYPE),--said "$(strip $(if $(SIZE_NODES),NODES=$(SIZE_NODES)) $(if $(SIZE_TYPE),TYPE=$(SIZE_TYPE)))")
 endef
@@ -364,7 +372,7 @@ leftovers: $(INSTALLED) ## List what make iam, ray up and make image-push leave 
 	@if [[ "$(CONFIRM)" != 0 && "$(CONFIRM)" != 1 ]]; then echo "make: CONFIRM=$(CONFIRM) is neither 0 (list) nor 1 (remove)" >&2; exit 2; fi
 	@$(write-regional)
 	@$(BIN)/python -m infra.leftovers "$(REGIONAL)" $(if $(filter 1,$(CONFIRM)),--confirm) \
-	  --remove-with "make leftovers CONFIRM=1$(if $(filter-out cluster/aws.yaml,$(CLUSTER)), CLUSTER=$(CLUSTER))$(if $(REGION), REGION=$(REGION))"
+	  --remove-with "make leftovers CONFIRM=1$(if $(filter-out cluster/aws.yaml,$(CLUSTER)), CLUSTER=$(CLUSTER))$(if $(REGION), REGION=$(REGION))$(if $(OWN_NAME), NAME=$(OWN_NAME))"
 
 .PHONY: preflight
 preflight: $(INSTALLED) ## Check CLUSTER (SPOT, MIN_WORKERS as for up) against your AWS account: credentials, quota, zones, AMI, key pair, cost

@@ -1,5 +1,5 @@
 """Writes the copy of a cluster YAML that `make up` and `make preflight` launch for SPOT=1, MIN_WORKERS=N, AUTODOWN=N,
-MAX_NODE_HOURS, IMAGE, NODES=N, TYPE=T or REGION=R.
+MAX_NODE_HOURS, IMAGE, NODES=N, TYPE=T, REGION=R or NAME=N.
 
     make up SPOT=1                  # spot workers, falling back type by type, then to on demand; the head on demand
     make up MIN_WORKERS=0           # the head alone at first; the autoscaler adds workers when asked
@@ -10,6 +10,7 @@ MAX_NODE_HOURS, IMAGE, NODES=N, TYPE=T or REGION=R.
     make up NODES=2 TYPE=c5.4xlarge # 2 nodes of 8 cores (EC2's DefaultCores of c5.4xlarge): fits 32 vCPUs
     make preflight SPOT=1           # checks the same copy: spot quota, spot price in each zone
     make up REGION=us-east-1        # in us-east-1, in its zones that offer the instance types (EC2 says which)
+    make up NAME=alice              # a cluster named alice, beside pong, with its own roles (make iam NAME=alice)
     .venv/bin/python -m cluster.variant cluster/aws.yaml --spot 1 --out /tmp/aws-spot.yaml
     .venv/bin/python -m cluster.variant cluster/aws.yaml   # no --out: checks it, writes nothing
 
@@ -31,7 +32,8 @@ UserData of every node type that says them; the step's first-boot minutes (aws.y
 --image NAME (with_image) makes every node pull NAME instead of building the image. --region R (with_region,
 with_zones) sets provider.region to R and provider.availability_zone to R's zones that offer every instance type
 the copy launches (EC2 DescribeInstanceTypeOfferings); the image parameter (resolve:ssm:, read by EC2 in the
-node's region) and Ray's key pair and security group (per region) follow it. Alone, each
+node's region) and Ray's key pair and security group (per region) follow it. --name N (with_name) names the cluster N
+and its instance profiles <profile>-N, so that two clusters in one region keep apart. Alone, each
 leaves the worker counts as they are, so --autodown and --image fit cluster/local.yaml too, which has
 no worker types. Prints one line, `variant cluster=... out=... node_type=... market=... min_workers=N
 max_workers=M autodown_minutes=N|caps_only|off max_node_hours=H|none image=...` (nodes, instance_type and
@@ -395,6 +397,46 @@ def with_region(config, region):
     return config
 
 
+# A cluster's name (NAME): Ray tags every instance and names its security group (ray-autoscaler-<name>) after it,
+# and it names the roles' copies; lowercase letters, digits and hyphens keep it valid in all of those.
+CLUSTER_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?$")
+
+
+def with_name(config, name):
+    """A copy of a cluster config named `name` (NAME): cluster_name, Ray's folder of its file_mounts on every node
+    (/tmp/ray_tmp_mount/<cluster_name>/, which the YAML's commands name), and each instance profile <profile>-<name>,
+    so that `make iam` gives this cluster roles of its own whose rights name its instances (a role's policy names one
+    cluster: infra/iam/head-policy.json). The YAML's own name changes nothing. ValueError says what is wrong."""
+    if not CLUSTER_NAME.match(name):
+        raise UserError(
+            f"NAME={name} is no cluster name Ray and AWS take in every place it goes (tags, security group, roles):"
+            " lowercase letters, digits and hyphens, at most 32, e.g. NAME=alice"
+        )
+    old = config.get("cluster_name")
+    if name == old:
+        return config
+    folder = f"/tmp/ray_tmp_mount/{old}/"
+
+    def renamed(value):
+        if isinstance(value, dict):
+            return {k: renamed(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [renamed(v) for v in value]
+        return value.replace(folder, f"/tmp/ray_tmp_mount/{name}/") if isinstance(value, str) else value
+
+    config = renamed(config)
+    config["cluster_name"] = name
+    for node_type in (config.get("available_node_types") or {}).values():
+        profile = node_type.get("node_config", {}).get("IamInstanceProfile")
+        if profile and profile.get("Name"):
+            profile["Name"] = f"{profile['Name']}-{name}"
+        elif profile:
+            raise ValueError(
+                "names an instance profile by its Arn; NAME= renames profiles named by Name (cluster/aws.yaml's)"
+            )
+    return config
+
+
 def launched_types(config):
     """The instance types a cluster config may launch: the head's, and each worker type's that may have workers."""
     head = config.get("head_node_type")
@@ -494,6 +536,9 @@ def main(argv=None):
         "--region",
         help="the AWS region to launch in (REGION), with its zones that offer the instance types (default: the YAML's)",
     )
+    p.add_argument(
+        "--name", help="the cluster's name (NAME): cluster_name, and its own instance profiles (default: the YAML's)"
+    )
     p.add_argument("--image-from", help="the file IMAGE was read from (make's .cache/pushed-image), for its messages")
     p.add_argument(
         "--max-usd-per-hour",
@@ -507,6 +552,8 @@ def main(argv=None):
     try:
         config = read_cluster(a.cluster)
         made, node_type = config, None
+        if a.name:
+            made = with_name(made, a.name)
         if a.region:  # first: TYPE's cores are asked of EC2 in the region launched
             made = with_region(made, a.region)
         if a.nodes is not None or a.instance_type:
@@ -603,8 +650,8 @@ def write_copy(made, a):
         f"{f' --image {a.image}' if a.image else ''}"
         f"{'' if a.nodes is None else f' --nodes {a.nodes}'}"
         f"{f' --instance-type {a.instance_type}' if a.instance_type else ''}"
-        f"{f' --region {a.region}' if a.region else ''}): its size, worker counts, autodown,"
-        " backstop, image, region and zones are the only\n"
+        f"{f' --region {a.region}' if a.region else ''}{f' --name {a.name}' if a.name else ''}): its size, worker"
+        " counts, autodown, backstop, image, region, zones and name are the only\n"
         f"# possible differences. Do not edit: `make up` writes it again; the comments are in {a.cluster}.\n"
     )
     out.write_text(header + yaml.dump(made, Dumper=Expanded, sort_keys=False, width=120))
@@ -633,6 +680,7 @@ def report(made, node_type, size, a):
                 if a.region
                 else {}
             ),
+            **({"name": made["cluster_name"]} if a.name else {}),
             **size,
             **workers,
             autodown_minutes=autodown,

@@ -12,7 +12,7 @@ What it looks for, in the cluster YAML's region (what `make iam`, `ray up` and `
                             not made by `make iam` for this cluster: listed, kept
     key-pair                `ray up`'s ray-autoscaler_<region> (and ray-autoscaler_<i>_<region>), which every Ray
                             cluster of the account in that region that names no KeyName shares; with its private
-                            key here, ~/.ssh/<name>.pem
+                            key here, ~/.ssh/<name>.pem; kept while an instance of any cluster runs with it
     security-group          `ray up`'s ray-autoscaler-<cluster_name>, one per VPC
     ecr-repository          `make image-push`'s repository in ECR (infra/image.env's image name), with its images
 
@@ -121,13 +121,26 @@ class Leftovers:
             name = pair["KeyName"]
             if pattern.match(name):
                 pem = Path.home() / ".ssh" / f"{name}.pem"
+                # Another cluster of the region (NAME=) that runs with it keeps it: without it, no SSH to its nodes.
+                users = self.clusters_using(ec2, name)
                 self.add(
                     "key-pair",
                     name,
-                    lambda name=name, pem=pem: (ec2.delete_key_pair(KeyName=name), pem.unlink(missing_ok=True)),
+                    None
+                    if users
+                    else lambda name=name, pem=pem: (ec2.delete_key_pair(KeyName=name), pem.unlink(missing_ok=True)),
                     private_key=f"~/.ssh/{name}.pem" if pem.exists() else "none",
                     shared_by="every_ray_cluster_in_region_without_KeyName",
+                    **({"in_use_by": ",".join(users)} if users else {}),
                 )
+
+    @staticmethod
+    def clusters_using(ec2, key_name):
+        """The names (ray-cluster-name, else 'untagged') of the live instances launched with that key pair."""
+        filters = [{"Name": "key-name", "Values": [key_name]}, {"Name": "instance-state-name", "Values": LIVE}]
+        instances = [i for r in ec2.describe_instances(Filters=filters)["Reservations"] for i in r["Instances"]]
+        tags = [{t["Key"]: t["Value"] for t in i.get("Tags", [])} for i in instances]
+        return sorted({t.get("ray-cluster-name", "untagged") for t in tags})
 
     def security_groups(self):
         ec2 = self.session.client("ec2", region_name=self.region)

@@ -26,8 +26,9 @@ AWS, with read-only calls, whether `ray up` can get what the YAML asks for:
     quota-request     the Service Quotas request for the full cluster (--full, the YAML's own
                       size: 11 x c5.9xlarge = 396 on-demand vCPUs, and with spot 360 spot ones),
                       as the `aws service-quotas request-service-quota-increase` command
-    cluster-name      no instance tagged ray-cluster-name=<cluster_name> runs in the region yet: Ray and autodown
-                      tell clusters apart by that name alone (a warning: `make up` updates a cluster that runs)
+    cluster-name      no instance tagged ray-cluster-name=<cluster_name> runs in the region, or only ones this
+                      laptop launched (it holds their key pair's private key, as Ray keeps it): Ray and autodown
+                      tell clusters apart by that name alone; one launched elsewhere FAILs (NAME=: a name of your own)
     key-pair          a KeyName, if the YAML names one, exists; its private key is here
     instance-profile  each IamInstanceProfile named exists, and its role holds the statements
                       `make iam` gives it (infra/iam/; bucket rights aside); Ray's own role if none
@@ -587,27 +588,81 @@ def check_key_pair(report, ec2, config, region):
             report.ok("key-pair", key_name=name, private_key=private_key)
 
 
-def check_cluster_name(report, ec2, config, region):
-    """Whether a cluster of this cluster_name already runs in the region: Ray's launcher and autodown find a
-    cluster's nodes by their tag ray-cluster-name alone, so `make up` of a second one would act on the first."""
-    name = config["cluster_name"]
+def cluster_instances(ec2, name):
+    """The instances tagged ray-cluster-name=<name> that are not terminated: [(instance ID, its KeyName or None)]."""
     filters = [
         {"Name": "tag:ray-cluster-name", "Values": [name]},
         {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]},
     ]
     pages = ec2.get_paginator("describe_instances").paginate(Filters=filters)
-    found = [i["InstanceId"] for page in pages for r in page["Reservations"] for i in r["Instances"]]
+    return [(i["InstanceId"], i.get("KeyName")) for page in pages for r in page["Reservations"] for i in r["Instances"]]
+
+
+def launched_here(key_name, config):
+    """Whether this laptop launched an instance of that KeyName: it holds the key pair's private key, where Ray's
+    `ray up` keeps the one it made (~/.ssh/<KeyName>.pem; ray/autoscaler/_private/aws/config.py, key_pair) or where
+    the YAML's auth.ssh_private_key names its own (with KeyName in its node_configs)."""
+    if not key_name:
+        return False
+    if (Path.home() / ".ssh" / f"{key_name}.pem").is_file():
+        return True
+    named = {t.get("node_config", {}).get("KeyName") for t in (config.get("available_node_types") or {}).values()}
+    own = (config.get("auth") or {}).get("ssh_private_key")
+    return key_name in named and bool(own) and Path(own).expanduser().is_file()
+
+
+def check_cluster_name(report, ec2, config, region):
+    """Whether a cluster of this cluster_name already runs in the region: Ray's launcher and autodown find a
+    cluster's nodes by their tag ray-cluster-name alone, so `make up` of a second one would act on the first. One
+    launched from this laptop (launched_here) is this one, which `make up` updates; another is a FAIL."""
+    name = config["cluster_name"]
+    found = cluster_instances(ec2, name)
+    theirs = sorted({key or "none" for _, key in found if not launched_here(key, config)})
     if not found:
         report.ok("cluster-name", cluster=name, region=region, running=0)
+    elif not theirs:
+        report.ok("cluster-name", cluster=name, region=region, running=len(found), launched="here")
+    else:
+        report.fail(
+            "cluster-name",
+            f"a cluster named {name} runs in {region}, launched elsewhere (key pair {','.join(theirs)}, whose private"
+            " key is not in ~/.ssh): Ray and autodown would act on its nodes; pass NAME=<a name of your own>"
+            " (make iam NAME=... gives it its roles)",
+            cluster=name,
+            region=region,
+            running=len(found),
+        )
+
+
+def check_cluster_name_only(path):
+    """before_up's first check: a cluster of the launched copy's name
+    in its region launched elsewhere is refused (UserError), as check_cluster_name; none, or one launched here, is one
+    ok line; without an answer from EC2 (no credentials), one line saying it was not checked. The YAML is read
+    as it is, without Ray's import: a list of hosts (cluster/local.yaml) has nothing to check, and says nothing."""
+    try:
+        config = yaml.safe_load(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return  # variant.py has read it just before, and says what is wrong with it
+    if not isinstance(config, dict) or (config.get("provider") or {}).get("type") != "aws":
         return
-    report.warn(
-        "cluster-name",
-        f"a cluster named {name} already runs in {region}: `make up` would update it, and its autodown and ray down"
-        " act on every node of that name; if it is not this one, `make down` it first or use another REGION",
-        cluster=name,
-        region=region,
-        running=len(found),
-    )
+    name, region = config.get("cluster_name"), config["provider"].get("region")
+    try:
+        session = boto3.session.Session(region_name=region, **config["provider"].get("aws_credentials", {}))
+        if session.get_credentials() is None:
+            raise NoCredentialsError()
+        found = cluster_instances(session.client("ec2", config=AWS_CALLS), name)
+    except (ClientError, BotoCoreError) as error:
+        reason = "no AWS credentials" if isinstance(error, NoCredentialsError) else aws_message(error)
+        print(kv(check="cluster-name", status="skip", cluster=name, reason=f"not checked: {reason}"), flush=True)
+        return
+    theirs = sorted({key or "none" for _, key in found if not launched_here(key, config)})
+    if theirs:
+        raise UserError(
+            f"a cluster named {name} already runs in {region}, launched elsewhere (key pair {','.join(theirs)}, whose"
+            f" private key is not in ~/.ssh): Ray and autodown would act on its nodes as this one's; pass NAME=<a name"
+            f" of your own> (and `make iam NAME=...` once), or `make down` it where it was launched"
+        )
+    print(kv(check="cluster-name", status="ok", cluster=name, region=region, running=len(found)), flush=True)
 
 
 def instance_profile(iam, name):
@@ -872,7 +927,9 @@ def before_up(path, said=None):
     """`make up` and `make run` before `ray up`: UserError where the launched copy at path needs more vCPUs than the
     account's quota has free in its region (check_quotas, as make preflight reads it), or a node type that cannot run
     the trainer (check_instance_types); nothing else of preflight. Without AWS credentials, or where AWS does not
-    answer, one line says they were not checked, and `ray up` goes on. said: how the size was typed (NODES=40)."""
+    answer, one line says they were not checked, and `ray up` goes on. said: how the size was typed (NODES=40).
+    First, a cluster of its name launched elsewhere in the region is refused (check_cluster_name_only)."""
+    check_cluster_name_only(path)
     with open(path) as f:
         provider = (yaml.safe_load(f) or {}).get("provider") or {}
     if provider.get("type") != "aws":  # cluster/local.yaml: no account, no quota
@@ -982,7 +1039,8 @@ def main(argv=None):
     parser.add_argument(
         "--before-up",
         action="store_true",
-        help="make up's check before `ray up`: only the quota and the instance types, a refusal in one line (exit 2)",
+        help="make up's check before `ray up`: only the cluster's name, the quota and the instance types, a refusal in"
+        " one line (exit 2)",
     )
     parser.add_argument("--said", help="with --before-up: how the size was typed, for the refusal (NODES=40)")
     args = parser.parse_args(argv)

@@ -1003,17 +1003,89 @@ def test_the_laptop_policy_names_real_actions_and_preflight_says_moto_does_not_c
     assert principal("arn:aws:iam::123456789012:root") is None
 
 
-def test_preflight_warns_that_a_cluster_of_its_name_already_runs_in_the_region(aws):
-    """Ray's launcher and autodown tell clusters apart by the tag ray-cluster-name alone: preflight says when one of
-    cluster/aws.yaml's name (pong) already runs in the region, before a second `make up` acts on it."""
+def test_preflight_fails_a_cluster_of_its_name_launched_elsewhere_in_the_region(aws):
+    """Ray's launcher and autodown tell clusters apart by the tag ray-cluster-name alone: preflight fails when one of
+    cluster/aws.yaml's name (pong) runs in the region and this laptop did not launch it (it lacks the private key of
+    its key pair, which Ray's `ray up` keeps in ~/.ssh), before a second `make up` acts on it; one launched here is
+    this cluster, which `make up` updates."""
     result = preflight(aws.env)
     (line,) = checks(result)["cluster-name"]
     assert (line["status"], line["cluster"], line["running"]) == ("ok", "pong", "0"), line
+    key = f"ray-autoscaler_{REGION}"
+    boto("ec2").create_key_pair(KeyName=key)
     tags = [{"ResourceType": "instance", "Tags": [{"Key": "ray-cluster-name", "Value": "pong"}]}]
-    boto("ec2").run_instances(ImageId=UBUNTU_AMI, MinCount=1, MaxCount=1, TagSpecifications=tags)
+    boto("ec2").run_instances(ImageId=UBUNTU_AMI, MinCount=1, MaxCount=1, KeyName=key, TagSpecifications=tags)
     boto("ec2").run_instances(ImageId=UBUNTU_AMI, MinCount=1, MaxCount=1)  # another's: not counted
     result = preflight(aws.env)
-    assert result.returncode == 0, result.stdout + result.stderr  # a warning: `make up` also updates a cluster
+    assert result.returncode == 1, result.stdout + result.stderr
     (line,) = checks(result)["cluster-name"]
-    assert (line["status"], line["region"], line["running"]) == ("warn", REGION, "1"), line
-    assert "already runs in us-west-2" in line["reason"] and "`make down` it first" in line["reason"], line
+    assert (line["status"], line["region"], line["running"]) == ("FAIL", REGION, "1"), line
+    assert f"runs in us-west-2, launched elsewhere (key pair {key}," in line["fix"] and "NAME=" in line["fix"], line
+    (aws.home / ".ssh").mkdir(exist_ok=True)
+    (aws.home / ".ssh" / f"{key}.pem").write_text("its private key")
+    (line,) = checks(preflight(aws.env))["cluster-name"]
+    assert (line["status"], line["running"], line["launched"]) == ("ok", "1", "here"), line
+
+
+def test_make_up_refuses_a_cluster_of_its_name_launched_elsewhere_and_NAME_keeps_two_apart(aws, tmp_path):
+    """Issue 54: `make up` (and `make run`, the same step) refuses before `ray up`, in one line, a cluster of its
+    name that runs in the region and was launched from another laptop; NAME=alice launches a cluster of that name
+    with roles of its own (`make iam NAME=alice`: their rights name alice's instances); one launched here passes;
+    without credentials the check says "not checked" and `ray up` goes on (and says why it cannot)."""
+    from test_probe import recording_venv  # a venv whose `ray` records its calls
+
+    venv = recording_venv(tmp_path / "venv")
+    key = f"ray-autoscaler_{REGION}"
+    boto("ec2").create_key_pair(KeyName=key)
+    tags = [{"ResourceType": "instance", "Tags": [{"Key": "ray-cluster-name", "Value": "pong"}]}]
+    boto("ec2").run_instances(ImageId=UBUNTU_AMI, MinCount=1, MaxCount=1, KeyName=key, TagSpecifications=tags)
+
+    def up(*variables, env=None):
+        calls = venv / "ray-calls"
+        calls.unlink(missing_ok=True)
+        where = [f"VENV={venv}", f"VARIANT_DIR={tmp_path / 'variants'}", "PUSHED_IMAGE_FILE=/nonexistent"]
+        made = run(["make", "up", *where, *variables], env or clean_env(), timeout=180)
+        assert "Traceback" not in made.stdout + made.stderr, made.stdout + made.stderr
+        ups = [c for c in calls.read_text().splitlines() if c.startswith("up ")] if calls.exists() else []
+        return made, ups
+
+    made, ups = up()
+    said = [line for line in made.stderr.splitlines() if not line.startswith("make: *** [")]
+    assert made.returncode == 2 and ups == [] and len(said) == 1, made.stdout + made.stderr
+    assert said[0].startswith("preflight: a cluster named pong already runs in us-west-2, launched elsewhere"), said
+    assert f"(key pair {key}," in said[0] and "pass NAME=<a name of your own>" in said[0], said
+
+    made, ups = up("NAME=alice")
+    launched = tmp_path / "variants" / "aws-spot0-alice.yaml"
+    assert made.returncode == 0 and ups == [f"up -y {launched}"], made.stdout + made.stderr
+    (line,) = [fields(line) for line in made.stdout.splitlines() if line.startswith("check=cluster-name")]
+    assert (line["status"], line["cluster"], line["running"]) == ("ok", "alice", "0"), line
+    config = yaml.safe_load(launched.read_text())
+    assert config["cluster_name"] == "alice" and "/tmp/ray_tmp_mount/alice/" in json.dumps(config), config
+    profiles = {t["node_config"]["IamInstanceProfile"]["Name"] for t in config["available_node_types"].values()}
+    assert profiles == {"pong-ray-head-alice", "pong-ray-worker-alice"}, profiles
+    iam_made = run(["make", "iam", "NAME=alice", f"VARIANT_DIR={tmp_path / 'variants'}"], clean_env(), timeout=180)
+    assert iam_made.returncode == 0, iam_made.stdout + iam_made.stderr
+    head = boto("iam").get_role_policy(RoleName="pong-ray-head-alice", PolicyName="pong-ray-head-alice-policy")
+    (terminate,) = [s for s in head["PolicyDocument"]["Statement"] if s["Sid"] == "TerminateClusterInstances"]
+    assert terminate["Condition"]["StringEquals"]["ec2:ResourceTag/ray-cluster-name"] == "alice", terminate
+    # alice's leftovers: its own roles; Ray's key pair of the region, which pong runs with, kept.
+    listed = run(["make", "leftovers", "NAME=alice", f"VARIANT_DIR={tmp_path / 'variants'}"], clean_env(), timeout=180)
+    found = {(x["kind"], x["name"]): x for x in (fields(y) for y in listed.stdout.splitlines()) if "kind" in x}
+    assert found[("role", "pong-ray-head-alice")]["status"] == "found", listed.stdout
+    assert (found[("key-pair", key)]["status"], found[("key-pair", key)]["in_use_by"]) == ("kept", "pong"), found
+    assert "NAME=alice" in listed.stdout.splitlines()[-1], listed.stdout
+
+    (aws.home / ".ssh").mkdir(exist_ok=True)
+    (aws.home / ".ssh" / f"{key}.pem").write_text("its private key")  # as `ray up` from this laptop left it
+    made, ups = up()
+    assert made.returncode == 0 and ups == ["up -y cluster/aws.yaml"], made.stdout + made.stderr
+
+    no_credentials = {k: v for k, v in clean_env().items() if not k.startswith("AWS_")}
+    no_credentials.update(AWS_EC2_METADATA_DISABLED="true", HOME=str(tmp_path))
+    started = time.monotonic()
+    made, ups = up(env=no_credentials)
+    assert made.returncode == 0 and ups == ["up -y cluster/aws.yaml"], made.stdout + made.stderr
+    (line,) = [fields(line) for line in made.stdout.splitlines() if line.startswith("check=cluster-name")]
+    assert (line["status"], line["reason"]) == ("skip", "not checked: no AWS credentials"), line
+    assert time.monotonic() - started < 30

@@ -34,6 +34,11 @@ statements or both CreateTags ones; the document check caught each of the other 
 (LaunchClusterInstances, LaunchWithTheirParts, TagAtLaunch, TagClusterInstances, PassWorkerRole,
 SpotServiceRole, ResolveImageParameter, which also fails the image test), and a TerminateClusterInstances
 without its tag condition. The ECR statements are checked on the document only (no pull here).
+
+A second check beside moto, on the documents alone: parliament (Duo Labs' IAM policy linter) finds in each policy
+we write (the roles', the trust policy, infra/iam/laptop-policy.json) only the findings ALLOWED_FINDINGS names with
+why. Scratch edits of infra/iam/head-policy.json, restored: PassWorkerRole on "*" (RESOURCE_STAR) and the action
+ec2:TerminateInstance (UNKNOWN_ACTION) each failed it.
 """
 
 import json
@@ -413,3 +418,117 @@ def test_both_roles_may_pull_the_image_from_ecr_and_the_worker_nothing_more(aws,
     assert not allows(policy, "ecr:PutImage", repository)
     if role == WORKER:
         assert [s["Sid"] for s in policy["Statement"]] == ["RegistryLogin", "RegistryPull"], policy
+
+
+# What parliament (Duo Labs' IAM policy linter, with its community auditors) finds in the policies we write, each
+# allowed by name with why. Any other finding fails, whatever its severity: parliament rates an unknown action LOW.
+RUN_INSTANCES_SPLIT = (
+    "parliament reads each statement alone; RunInstances is split in two so that the tag condition applies to the "
+    "instance only (LaunchClusterInstances), its parts (image, subnet, ...) are in LaunchWithTheirParts"
+)
+ECR_LOGIN = "ecr:GetAuthorizationToken returns the registry's login, which a pull needs; it allows no resource"
+ALLOWED_FINDINGS = {
+    "worker": {("CREDENTIALS_EXPOSURE", "ecr:getauthorizationtoken"): ECR_LOGIN},
+    "head": {
+        ("CREDENTIALS_EXPOSURE", "ecr:getauthorizationtoken"): ECR_LOGIN,
+        ("PERMISSIONS_MANAGEMENT_ACTIONS", "iam:createservicelinkedrole iam:passrole"): (
+            "the autoscaler passes the worker's role to EC2 (that role only, to EC2 only) and spot needs its "
+            "service-linked role (that one only)"
+        ),
+        ("PRIVILEGE_ESCALATION", "ec2:runinstances iam:passrole"): (
+            "launching workers with their role is the head's job; the role it may pass holds only the ECR pull"
+        ),
+        ("RESOURCE_MISMATCH", "arn:*:ec2:*:*:instance/* ec2:RunInstances"): RUN_INSTANCES_SPLIT,
+        (
+            "RESOURCE_MISMATCH",
+            "arn:*:ec2:*:*:network-interface/* arn:*:ec2:*:*:security-group/* arn:*:ec2:*:*:subnet/* "
+            "arn:*:ec2:*::image/* ec2:RunInstances",
+        ): RUN_INSTANCES_SPLIT,
+        ("RESOURCE_MISMATCH", "arn:*:ssm:*:*:parameter/* ssm:GetParameters"): (
+            "AWS's public parameters have no account in their ARN (arn:aws:ssm:<region>::parameter/aws/service/...), "
+            "which parliament's ARN format does not allow"
+        ),
+    },
+    "trust": {
+        ("MALFORMED", "Statement contains neither Resource nor NotResource"): (
+            "a role's trust policy names a Principal and never a Resource; parliament reads it as an identity policy"
+        ),
+    },
+    "laptop": {
+        ("CREDENTIALS_EXPOSURE", "ecr:getauthorizationtoken"): "make image-push logs in to ECR",
+        (
+            "PERMISSIONS_MANAGEMENT_ACTIONS",
+            "iam:addroletoinstanceprofile iam:createinstanceprofile iam:createrole iam:deleteinstanceprofile "
+            "iam:deleterole iam:deleterolepolicy iam:passrole iam:putrolepolicy iam:removerolefrominstanceprofile "
+            "iam:updateassumerolepolicy",
+        ): "make iam and make leftovers make and remove the cluster's roles (pong-ray-* only)",
+        ("PRIVILEGE_ESCALATION", "ec2:runinstances iam:passrole"): (
+            "ray up launches the head with its role (pong-ray-head only, to EC2 only)"
+        ),
+        ("RESOURCE_MISMATCH", "arn:*:ssm:*:*:parameter/* ssm:GetParameter ssm:GetParameters"): (
+            "AWS's public parameters have no account in their ARN, which parliament's ARN format does not allow"
+        ),
+        (
+            "RESOURCE_STAR",
+            "ec2:AuthorizeSecurityGroupIngress ec2:CreateKeyPair ec2:CreateSecurityGroup ec2:DeleteSecurityGroup "
+            "ec2:RunInstances ec2:TerminateInstances",
+        ): (
+            "ray up makes its key pair and security group and launches the head, whose IDs are not known before; "
+            "your own rights, not a node's"
+        ),
+    },
+}
+
+
+def parliament_findings(document):
+    """{(issue, what it names)} of parliament's findings on a policy document, line and column left out."""
+    import warnings
+    from pathlib import Path
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # parliament 1.6 imports pkg_resources, which warns
+        import parliament
+
+    # The community auditors' findings (privilege escalation, credentials exposure, ...) and their severities.
+    parliament.override_config(Path(parliament.__file__).parent / "community_auditors" / "config_override.yaml")
+    found = set()
+    for finding in parliament.analyze_policy_string(json.dumps(document), include_community_auditors=True).findings:
+        finding = parliament.enhance_finding(finding)
+        named = finding.detail or finding.location.get("actions")
+        if isinstance(named, list):
+            words = set()
+            for item in named:
+                words.update([item] if isinstance(item, str) else item.values())
+            named = " ".join(sorted(words))
+        found.add((finding.issue, named))
+    return found
+
+
+def written_policies():
+    """Every policy we write: the roles' as `make iam BUCKET=...` writes them, the trust policy, the laptop's."""
+    written = infra("iam").policies(infra("iam").load(AWS_YAML), ACCOUNT, bucket="my-runs")
+    return {
+        "worker": written[WORKER],
+        "head": written[HEAD],
+        "trust": infra("iam").policy("trust-policy"),
+        "laptop": json.loads((infra("iam").POLICIES / "laptop-policy.json").read_text()),
+    }
+
+
+@pytest.mark.parametrize("name", ALLOWED_FINDINGS)
+def test_parliament_finds_in_each_policy_we_write_only_the_findings_named_with_why(name):
+    assert parliament_findings(written_policies()[name]) == set(ALLOWED_FINDINGS[name])
+
+
+@pytest.mark.parametrize(
+    "sid, break_it, caught",
+    [
+        ("PassWorkerRole", {"Resource": "*"}, ("RESOURCE_STAR", "iam:PassRole")),
+        ("SeeInstances", {"Action": "ec2:DescribeInstance"}, ("UNKNOWN_ACTION", "Unknown action ec2:DescribeInstance")),
+    ],
+)
+def test_parliament_catches_a_policy_gone_wrong(sid, break_it, caught):
+    head = written_policies()["head"]
+    (statement,) = [s for s in head["Statement"] if s.get("Sid") == sid]
+    statement.update(break_it)
+    assert caught in parliament_findings(head) - set(ALLOWED_FINDINGS["head"])

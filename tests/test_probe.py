@@ -384,7 +384,31 @@ CASES = {
     "misleading-up-MIN_WORKERS=-1": (lambda t, s: ["make", "up", "MIN_WORKERS=-1"], {}, "MIN_WORKERS=-1:"),
     "misleading-run-KEEP=no": (lambda t, s: ["make", "run", "KEEP=no"], {}, "KEEP=no:"),
     "misleading-run-MAX_HOURS=0": (lambda t, s: ["make", "run", "MAX_HOURS=0"], {}, "MAX_HOURS=0:"),
+    # An ECR image of another region than the nodes' (issue 54): its pulls would go with the role's rights, which
+    # are for the cluster's region only. IMAGE named, or recorded by make image-push before REGION moved the nodes.
+    "config-preflight-ECR-of-another-region": (
+        lambda t, s: ["make", "preflight", "IMAGE=" + ECR.format(region="eu-west-1")],
+        {},
+        "is in ECR of eu-west-1, but the nodes run in us-west-2",
+    ),
+    "config-up-REGION-away-from-the-pushed-image": (
+        lambda t, s: ["make", "up", "REGION=us-east-1", pushed_image(t, "us-west-2")],
+        {},
+        "(read from {t}/pushed-west, as make image-push wrote it) is in ECR of us-west-2, but the nodes run in us-east-1",
+    ),
+    "config-run-REGION-away-from-the-pushed-image": (
+        lambda t, s: ["make", "run", "REGION=eu-west-1", pushed_image(t, "us-west-2")],
+        {},
+        "is in ECR of us-west-2, but the nodes run in eu-west-1",
+    ),
 }
+
+
+def pushed_image(tmp_path, region):
+    """PUSHED_IMAGE_FILE= a file as make image-push writes it, naming an image in ECR of that region."""
+    path = tmp_path / "pushed-west"
+    path.write_text("IMAGE=" + ECR.format(region=region) + "\n")
+    return f"PUSHED_IMAGE_FILE={path}"
 
 
 def user_env(tmp_path, extra):
