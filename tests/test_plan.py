@@ -626,7 +626,8 @@ def test_the_committed_batch_300_runs_measured_all_three_milestones_and_the_plan
         assert [(m["update"], m["episodes"], round(m["env_steps"] / 1e6, 1)) for m in got] == expected, seed
         assert run_found["play_criterion"]["source"] == f"judged-{seed}"
         assert {n: run_committed[n] for n in milestones.NAMES} == {n: run_found[n] for n in milestones.NAMES} | {
-            "play_criterion": run_found["play_criterion"] | {"source": run_committed["play_criterion"]["source"]}
+            "play_criterion": run_found["play_criterion"]
+            | {k: run_committed["play_criterion"][k] for k in ("source", "kind")}
         }
     planned = run(["make", "plan", "NODES=11", "CPUS=18", "BATCH=300"], clean_env(), timeout=120)
     assert planned.returncode == 0, planned.stdout + planned.stderr
@@ -636,6 +637,19 @@ def test_the_committed_batch_300_runs_measured_all_three_milestones_and_the_plan
         ("running_reward_2", "42..45", "0,1", "measured"),
         ("play_criterion", "40..44", "0,1", "measured"),
     ]
+
+
+def test_a_play_criterion_whose_judge_was_not_saved_is_reported_not_measured():
+    """Batch 50's update 160 passed in a judge whose games were not saved (docs/history.md): `make plan BATCH=50`
+    prints it as reported; batch 300's, each with its saved judge sample, as measured."""
+    assert milestones.judged_kind("update 40 (docs/samples/judge-b300-s0-40.txt)") == "measured"
+    assert milestones.judged_kind("update 9 (docs/samples/judge-nothing-here.txt)") == "reported"
+    assert milestones.judged_kind("docs/history.md: +4.0 a game, not saved") == "reported"
+    for batch, kind in (("50", "reported"), ("300", "measured")):
+        planned = run(["make", "plan", f"BATCH={batch}"], clean_env(), timeout=120)
+        assert planned.returncode == 0, planned.stdout + planned.stderr
+        [line] = [fields(ln) for ln in planned.stdout.splitlines() if ln.startswith("milestone name=play_criterion ")]
+        assert line["kind"] == kind, line
 
 
 # -- from `make up` to the agent here, and the bill to the teardown: bring-up, training, fetch, teardown --
@@ -788,6 +802,24 @@ def test_the_image_figures_are_those_of_the_latest_samples_of_the_harness():
         assert got.get("value", got.get("seconds")) == value, (name, got, value)
         assert got["kind"] == "measured" and f"docs/samples/{sample}.txt" in got["command"], (name, got)
         assert f"{when} UTC" in got["command"], (name, when, got["command"])
+
+
+def test_fetch_ship_is_the_committed_make_run_samples_and_old_image_parts_say_so():
+    """fetch_ship is the figure of the make run sample the repo keeps (docs/samples/make-run.txt), from its
+    succeeded run, with that sample's date; the parts measured in docs/samples/lan-cluster.txt, on the image
+    recipe before the slim image, say so where they are printed."""
+    parts = json.loads(pathlib.Path(endtoend.INPUTS).read_text())["parts"]
+    made, line = sample_line("make-run", "make_run")
+    assert line["status"] == "SUCCEEDED" and parts["fetch_ship"]["seconds"] == float(line["fetch_ship_s"]), line
+    when = " ".join(made.split()[3:6:2])
+    assert (
+        f"{when} UTC" in parts["fetch_ship"]["command"]
+        and "docs/samples/make-run.txt" in parts["fetch_ship"]["command"]
+    )
+    old = [name for name, part in parts.items() if "docs/samples/lan-cluster.txt" in part.get("command", "")]
+    assert sorted(old) == ["down", "ray_start", "worker_join"], old
+    for name in old:
+        assert "before the slim image" in parts[name]["caveat"], name
 
 
 def test_the_workers_come_up_once_after_the_head_whatever_their_number(tmp_path):
