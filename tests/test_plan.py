@@ -171,10 +171,15 @@ def test_probe_rate_counts_steps_within_the_window():
 # -- the command -------------------------------------------------------------------------
 
 
-def run_plan(*args):
+def run_plan(*args, timeout=120):
     env = dict(os.environ)
     return subprocess.run(
-        [sys.executable, "-m", "pongtools.plan", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "pongtools.plan", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -279,13 +284,14 @@ def test_plan_prints_dollars_to_a_win_at_the_spot_price_with_what_interruptions_
 
 
 def test_plan_measures_the_core_rate_itself_and_projects_with_it():
-    proc = run_plan("project", "--nodes", "1", "--cpus", "2", "--batch-size", "10", "--measure-core", "5")
+    # a trainer update (Ray started here) of 3 episodes a core: minutes on a loaded 2-core machine
+    proc = run_plan("project", "--nodes", "1", "--cpus", "2", "--batch-size", "10", "--measure-core", "1", timeout=600)
     assert proc.returncode == 0, proc.stderr
     [core] = [fields(ln) for ln in proc.stdout.splitlines() if ln.startswith("core ")]
     assert core["source"] == "measured_now" and float(core["env_steps_per_s"]) > 100
     # the trainer's own rate (make bench's trainer phase), not raw probe processes': one update on every core
     assert core["measured_with"] == "trainer_update" and int(core["workers"]) == os.cpu_count(), core
-    assert int(core["batch_size"]) == os.cpu_count() * 5 * calibration.EPISODES_PER_CORE_S, core
+    assert int(core["batch_size"]) == os.cpu_count() * 1 * calibration.EPISODES_PER_CORE_S, core
     assert 0 < float(core["actor_busy"]) <= 1, core
     [per_update] = [fields(ln) for ln in proc.stdout.splitlines() if ln.startswith("seconds_per_update=")]
     assert per_update["core_env_steps_per_s"] == core["env_steps_per_s"]
@@ -483,7 +489,8 @@ def test_milestones_of_the_batch_50_run_are_its_metrics(tmp_path):
     zero, two, play = (found[n] for n in milestones.NAMES)
     assert (zero["update"], zero["episodes"], round(zero["env_steps"] / 1e6, 1)) == (127, 6350, 36.2)
     assert two["update"] == 194 and play == {**two, "update": 195, "episodes": 9750, "env_steps": play["env_steps"]} | {
-        "source": "results.md"
+        "source": "results.md",
+        "kind": "reported",  # results.md names no saved judge sample
     }
     records = Run(str(SHIPPED_RUN)).metrics()
     assert records[126]["running_reward"] >= 0 > max(r["running_reward"] for r in records[:126])
@@ -526,7 +533,9 @@ def test_plan_prints_a_measured_milestone_as_measured(tmp_path):
         at[batch] = [fields(ln) for ln in planned.stdout.splitlines() if ln.startswith("milestone ")]
     zero = [m for m in at[50] if m["name"] == "running_reward_0"]
     assert [(m["kind"], m["updates"]) for m in zero] == [("measured", "127")]
-    assert float(zero[0]["dollars"]) > 0 and float(zero[0]["hours"]) > 1  # 36 M env steps on 2 cores
+    # 36 M env steps on 2 cores, played at the lengths of the inputs' learning run (batch 300's), whose
+    # episodes at batch 50's 6,350 are shorter than batch 50's own: 0.66 h, where batch 50's lengths gave over 1 h
+    assert float(zero[0]["dollars"]) > 0 and float(zero[0]["hours"]) > 0.5
     assert {m["kind"] for m in at[300] if m["name"] != "play_criterion"} == {
         "assumed_same_episodes",
         "assumed_same_updates",
