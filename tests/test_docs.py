@@ -493,6 +493,15 @@ def test_the_spot_shares_are_the_highest_zones_of_the_example_table():
         assert spot == max(float(x) for x in rows[name].split()), (name, spot, rows[name])
 
 
+def test_the_cluster_errors_sample_shows_each_mistake_exiting_2():
+    """A user's mistake exits 2 (pgpong.cli's contract): the saved sample of the job targets' mistakes on a cluster
+    shows make's `Error 2` for each, and each of its commands as typed reaches the target (no variable refused)."""
+    text = (REPO / "docs" / "samples" / "errors-on-a-cluster.txt").read_text()
+    codes = re.findall(r"^make: \*\*\* \[[\w-]+\] Error (\d+)$", text, re.MULTILINE)
+    assert len(codes) == text.count("\n$ ") and set(codes) == {"2"}, codes
+    assert "no such variable" not in text
+
+
 if __name__ == "__main__":
     seen = set()
     for line in run_tiny(dict(os.environ, RAY_ADDRESS="local", PYTHONUNBUFFERED="1", **THREADS)):
