@@ -86,9 +86,11 @@ RUN ?=
 MILESTONES ?=
 # `make plan-inputs`: a run whose first update (a fresh policy's episodes) gives the lengths of any run's first.
 FRESH ?=
-# `make play`: a checkpoint (ckpt-NNNNNN.npz, a file or s3://...), or a run dir for its newest;
-# without it, the agent shipped in SHIP_DIR. `make ship`: the checkpoint to ship (default: RUN's newest).
+# `make play` and `make judge`: a checkpoint (ckpt-NNNNNN.npz, a file or s3://...), a run dir for its newest, or
+# shipped (the agent in SHIP_DIR); without it, the newest checkpoint of the latest run in RUNS_IN (make train's
+# ~/pong-runs/<time>, make run's runs/<time>/run). `make ship`: the checkpoint to ship (default: RUN's newest).
 CHECKPOINT ?=
+RUNS_IN ?= ~/pong-runs runs
 # `make test`: pytest processes (pytest-xdist); 0 runs the suite in pytest's own process.
 TEST_PROCESSES ?= 2
 # `make play`: how many games to play; the first is written as a GIF.
@@ -210,11 +212,13 @@ if [[ -z "$(PACKAGE)" ]]; then \
   echo "make: unknown job '$(JOB)'; the jobs under job/ are: $(JOBS)" >&2; exit 2; fi
 endef
 
-# `make play` and `make judge` without CHECKPOINT need an agent in SHIP_DIR
+# `make play` and `make judge`: CHECKPOINT=shipped needs an agent in SHIP_DIR
 define need-checkpoint
-if [[ -z "$(or $(CHECKPOINT),$(wildcard $(SHIP_DIR)/pong-agent.npz))" ]]; then \
-  echo "make: pass CHECKPOINT=<ckpt-NNNNNN.npz, or a run dir for its newest checkpoint>; there is no shipped agent in $(SHIP_DIR)" >&2; exit 2; fi
+if [[ "$(CHECKPOINT)" == shipped && -z "$(wildcard $(SHIP_DIR)/pong-agent.npz)" ]]; then \
+  echo "make: CHECKPOINT=shipped, but there is no shipped agent in $(SHIP_DIR); pass CHECKPOINT=<ckpt-NNNNNN.npz, or a run dir for its newest checkpoint>" >&2; exit 2; fi
 endef
+# Their checkpoint argument: CHECKPOINT's, SHIP_DIR for shipped, else the folders of the latest run.
+PLAYED = $(if $(filter shipped,$(CHECKPOINT)),"$(SHIP_DIR)",$(if $(CHECKPOINT),"$(CHECKPOINT)",$(foreach r,$(RUNS_IN),--runs-in $(r))))
 
 # Every variable a target reads is set above (`NAME ?=`, `NAME :=`) or in infra/threads.env, but REGION (the first-run
 # issue's) and the settings infra/build-image.sh reads from its environment. A variable on make's command line that
@@ -451,14 +455,14 @@ plot: $(TOOLS) ## Learning curves of RUN in one PNG (RUN/curve.png): reward, epi
 	$(PONGTOOLS).plot "$(RUN)" $(ARGS)
 
 .PHONY: play
-play: $(TOOLS) ## Play GAMES games with CHECKPOINT (default: the shipped agent), print each score, write the first as a GIF
+play: $(TOOLS) ## Play GAMES games with CHECKPOINT (default: your latest run; shipped: the shipped agent), print each score, write the first as a GIF
 	@$(need-checkpoint)
-	$(PONGTOOLS).play "$(or $(CHECKPOINT),$(SHIP_DIR))" --games $(GAMES) $(ARGS)
+	@$(PONGTOOLS).play $(PLAYED) --games $(GAMES) $(ARGS)
 
 .PHONY: judge
-judge: $(TOOLS) ## Does CHECKPOINT (default: the shipped agent) beat the built-in AI? 10 greedy games at each of seeds 0-19
+judge: $(TOOLS) ## Does CHECKPOINT (default: your latest run; shipped: the shipped agent) beat the built-in AI? 10 greedy games at each of seeds 0-19
 	@$(need-checkpoint)
-	$(PONGTOOLS).judge "$(or $(CHECKPOINT),$(SHIP_DIR))" $(ARGS)
+	@$(PONGTOOLS).judge $(PLAYED) $(ARGS)
 
 .PHONY: ship
 ship: $(TOOLS) ## Export RUN's newest checkpoint (or CHECKPOINT=) as the agent in SHIP_DIR; draw its curve and a game

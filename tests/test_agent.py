@@ -3,6 +3,8 @@
 
 import gzip
 import json
+import os
+import shutil
 
 import numpy as np
 import pytest
@@ -16,6 +18,11 @@ pytestmark = pytest.mark.slow
 
 def make(*args, timeout=300):
     return run(["make", *args], clean_env(), timeout=timeout)
+
+
+def said(made):
+    """make's output lines but its own `make: *** [...] Error N`."""
+    return [ln for ln in (made.stdout + made.stderr).splitlines() if not ln.startswith("make: ***")]
 
 
 @pytest.fixture(scope="module")
@@ -48,19 +55,45 @@ def test_ship_writes_float16_weights_that_play_and_the_whole_metrics(tiny_run, s
     assert played["checkpoint"] == str(agent_dir / AGENT_FILE) and played["games"] == "1"
 
 
-def test_make_play_without_a_checkpoint_plays_the_shipped_agent(shipped, tmp_path):
+def test_make_play_with_checkpoint_shipped_plays_the_shipped_agent(shipped, tmp_path):
     _, agent_dir, _ = shipped
-    made = make("play", f"SHIP_DIR={agent_dir}", "GAMES=1", f"ARGS=--out {tmp_path / 'g.gif'}")
+    made = make("play", "CHECKPOINT=shipped", f"SHIP_DIR={agent_dir}", "GAMES=1", f"ARGS=--out {tmp_path / 'g.gif'}")
     assert made.returncode == 0, made.stdout + made.stderr
+    first = fields(made.stdout.splitlines()[0])
+    assert made.stdout.startswith("checkpoint ") and first["path"] == str(agent_dir / AGENT_FILE), made.stdout
     [summary] = map(fields, only(made.stdout, "play "))
     assert summary["checkpoint"] == str(agent_dir / AGENT_FILE)
     [game] = map(fields, only(made.stdout, "game="))
     assert float(summary["mean_point_difference"]) == int(game["reward"])
 
 
+def test_make_play_and_judge_without_a_checkpoint_take_the_latest_run_and_say_so_first(tiny_run, tmp_path):
+    """Without CHECKPOINT: the newest checkpoint of the run written last among RUNS_IN's run dirs (make
+    train's <folder>/<time>) and OUTs (make run's <folder>/<time>/run), named on the first line."""
+    older, newer = tmp_path / "train" / "20260101-000000", tmp_path / "out" / "20260102-000000" / "run"
+    for run_dir in (older, newer):
+        shutil.copytree(tiny_run[1], run_dir)
+    (newer / "ckpt-000001.npz").rename(newer / "ckpt-000003.npz")
+    os.utime(older / "ckpt-000001.npz", (2e9, 2e9))  # the newest checkpoint: the run dir named later loses
+    os.utime(newer / "ckpt-000003.npz", (1e9, 1e9))
+    runs_in = f"RUNS_IN={tmp_path / 'out'} {tmp_path / 'train'}"
+    played = make("play", runs_in, "GAMES=1", f"ARGS=--out {tmp_path / 'g.gif'}")
+    judged = make("judge", runs_in, "ARGS=--seeds 0 --games 1 --need 0 --processes 1", timeout=600)
+    for made in (played, judged):
+        assert made.returncode == 0, made.stdout + made.stderr
+        first = fields(made.stdout.splitlines()[0])
+        assert made.stdout.startswith("checkpoint "), made.stdout
+        assert (first["path"], first["update"], first["chosen"]) == (str(older / "ckpt-000001.npz"), "1", "latest")
+    [verdict] = map(fields, only(judged.stdout, "judge "))
+    assert verdict["checkpoint"] == str(older / "ckpt-000001.npz")
+    os.utime(newer / "ckpt-000003.npz", (3e9, 3e9))
+    played = make("play", runs_in, "GAMES=1", f"ARGS=--out {tmp_path / 'g.gif'}")
+    assert fields(played.stdout.splitlines()[0])["path"] == str(newer / "ckpt-000003.npz"), played.stdout
+
+
 @pytest.mark.parametrize("folder, batch_size", [("agent", 300), ("agent-b50", 50)])
 def test_the_committed_agents_load_whole_and_play(folder, batch_size, tmp_path):
-    """job/tools/runs/agent (batch 300's, `make play` plays it with no CHECKPOINT) and agent-b50 (the batch-50
+    """job/tools/runs/agent (batch 300's, `make play CHECKPOINT=shipped` plays it) and agent-b50 (the batch-50
     agent shipped before it) as committed: float16 weights and every metrics line up to their update.
     A trained agent scores: an untrained one takes 0-2 points a game off the built-in AI, these won 169
     and 163 of 200 games (docs/history.md)."""
@@ -68,7 +101,7 @@ def test_the_committed_agents_load_whole_and_play(folder, batch_size, tmp_path):
     agent = RunDir(shipped).load_weights(AGENT_FILE)
     assert agent.cache is None and agent.config["batch_size"] == batch_size, agent.config
     assert [m["update"] for m in RunDir(shipped).metrics()] == list(range(1, agent.update + 1))
-    chosen = [] if folder == "agent" else [f"CHECKPOINT={shipped}"]
+    chosen = ["CHECKPOINT=shipped"] if folder == "agent" else [f"CHECKPOINT={shipped}"]
     made = make("play", "GAMES=1", *chosen, f"ARGS=--out {tmp_path / 'g.gif'}")
     assert made.returncode == 0, made.stdout + made.stderr
     [summary] = map(fields, only(made.stdout, "play "))
@@ -76,21 +109,29 @@ def test_the_committed_agents_load_whole_and_play(folder, batch_size, tmp_path):
     assert int(summary["agent_points"]) >= 5, summary
 
 
-def test_make_play_without_a_checkpoint_or_a_shipped_agent_says_what_to_pass(tmp_path):
-    made = make("play", f"SHIP_DIR={tmp_path}")
-    assert made.returncode != 0 and "pass CHECKPOINT=" in made.stderr, made.stdout + made.stderr
-    assert f"there is no shipped agent in {tmp_path}" in made.stderr, made.stderr
+@pytest.mark.parametrize("target", ["play", "judge"])
+def test_make_play_and_judge_without_a_run_or_a_shipped_agent_say_which_to_name(target, tmp_path):
+    """No run with a checkpoint in RUNS_IN (a run dir without one does not count), or CHECKPOINT=shipped and
+    no agent in SHIP_DIR: one line, exit 2, saying what to name."""
+    (tmp_path / "20260101-000000").mkdir()
+    made = make(target, f"RUNS_IN={tmp_path} {tmp_path / 'none'}", f"SHIP_DIR={tmp_path}")
+    assert made.returncode == 2 and len(said(made)) == 1, made.stdout + made.stderr
+    assert f"no run with a checkpoint in {tmp_path} or {tmp_path / 'none'}" in made.stderr, made.stderr
+    assert "pass CHECKPOINT=" in made.stderr and "CHECKPOINT=shipped" in made.stderr, made.stderr
+    made = make(target, "CHECKPOINT=shipped", f"SHIP_DIR={tmp_path}")
+    assert made.returncode == 2 and len(said(made)) == 1, made.stdout + made.stderr
+    assert f"there is no shipped agent in {tmp_path}" in made.stderr and "pass CHECKPOINT=" in made.stderr
 
 
 def test_make_judge_plays_make_plays_games_and_gives_the_criterions_verdict(tiny_run, tmp_path):
     """`make judge` at two seeds, one game each: each seed's points are those `make play` scores at that
     seed, and the verdict follows from them. The tiny run's barely trained checkpoint loses."""
-    made = make("judge", "ARGS=--seeds 3-4 --games 1 --need 2 --processes 2", timeout=600)
+    made = make("judge", "CHECKPOINT=shipped", "ARGS=--seeds 3-4 --games 1 --need 2 --processes 2", timeout=600)
     assert made.returncode == 0, made.stdout + made.stderr
     per_seed = {ln["seed"]: ln for ln in map(fields, only(made.stdout, "seed="))}
     assert sorted(per_seed) == ["3", "4"]
     for seed, line in per_seed.items():
-        played = make("play", "GAMES=1", f"ARGS=--seed {seed} --out {tmp_path / 'g.gif'}")
+        played = make("play", "CHECKPOINT=shipped", "GAMES=1", f"ARGS=--seed {seed} --out {tmp_path / 'g.gif'}")
         [summary] = map(fields, only(played.stdout, "play "))
         assert (line["agent_points"], line["computer_points"]) == (summary["agent_points"], summary["computer_points"])
     [verdict] = map(fields, only(made.stdout, "judge "))

@@ -42,6 +42,7 @@ from harness.cluster import ray_head
 from harness.runs import trainer_env
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+BATCH_300 = ("b300-lr0.01-d0.94", "b300-lr0.01-d0.94-s1")  # the committed batch-300 runs, seeds 0 and 1
 SAVED = sorted((REPO / "docs" / "samples").glob("*.txt"))  # the slow samples' outputs, which cog blocks read
 # Files whose text may cite a docs section: the code, the Makefile, configs, the docs.
 CITING = [
@@ -438,6 +439,67 @@ def test_every_saved_sample_log_line_has_exactly_the_fields_the_code_prints(expe
             nearest = min(allowed, key=lambda a: len(a ^ fields))
             stale.append(f"{where}: {kind} line missing {sorted(nearest - fields)}, extra {sorted(fields - nearest)}")
     assert not stale, "stale saved samples (re-save each with the command its file names):\n" + "\n".join(stale)
+
+
+# -- figures the docs quote from files the repo keeps (issue 56) ------------------------------------------
+
+NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight"}
+
+
+def test_the_docs_count_the_tests_marked_alone():
+    marked = sum(
+        len(re.findall(r"^@pytest\.mark\.alone\b", p.read_text(), re.MULTILINE))
+        for p in (REPO / "tests").glob("test_*.py")
+    )
+    text = " ".join((REPO / "docs" / "development.md").read_text().split())
+    said = re.findall(r"the (\w+) tests that start or stop nodes \(marked `alone`\)", text)
+    assert said == [NUMBERS[marked]], (marked, said)
+
+
+def test_du_sizes_are_quoted_in_mib_and_gib_as_du_prints_them():
+    """`du -sh` prints binary units (750M is 750 MiB): a page quoting a saved sample's du says MiB and GiB."""
+    sizes = []
+    for sample in ("demo-fresh-clone", "ci-fresh-clone"):
+        text = (REPO / "docs" / "samples" / f"{sample}.txt").read_text()
+        sizes += re.findall(r"^(\d+(?:\.\d+)?)([MG])\s", text, re.MULTILINE)
+    assert len(sizes) == 2, sizes
+    pages = " ".join(" ".join(p.read_text().split()) for p in DOCS)
+    for number, unit in sizes:
+        assert f"{number} {unit}iB" in pages and f"{number} {unit}B" not in pages, (number, unit)
+
+
+def test_an_untrained_policys_reward_is_the_committed_runs_first_update():
+    from pgpong.rundir import RunDir
+
+    firsts = [RunDir(REPO / "job" / "tools" / "runs" / d).metrics()[0]["reward_mean"] for d in BATCH_300]
+    text = " ".join((REPO / "docs" / "results.md").read_text().split())
+    assert f"first update averaged {firsts[0]:.2f} and {firsts[1]:.2f}" in text, firsts
+    pages = " ".join(" ".join(p.read_text().split()) for p in DOCS)
+    assert "random policy scores" not in pages
+
+
+def test_the_spot_shares_are_the_highest_zones_of_the_example_table():
+    """docs/aws.md's spot shares of c5.12xlarge and c5.18xlarge: each the highest of the three zones that
+    infra/prices.yaml quotes from AWS's example table."""
+    rows = dict(
+        re.findall(
+            r"^#\s+(c5\.\d+xlarge)\s+([\d.]+\s+[\d.]+\s+[\d.]+)",
+            (REPO / "infra" / "prices.yaml").read_text(),
+            re.MULTILINE,
+        )
+    )
+    [shares] = re.findall(r"^shares = (\{.*\})$", (REPO / "docs" / "aws.md").read_text(), re.MULTILINE)
+    for name, (spot, _) in ast.literal_eval(shares).items():
+        assert spot == max(float(x) for x in rows[name].split()), (name, spot, rows[name])
+
+
+def test_the_cluster_errors_sample_shows_each_mistake_exiting_2():
+    """A user's mistake exits 2 (pgpong.cli's contract): the saved sample of the job targets' mistakes on a cluster
+    shows make's `Error 2` for each, and each of its commands as typed reaches the target (no variable refused)."""
+    text = (REPO / "docs" / "samples" / "errors-on-a-cluster.txt").read_text()
+    codes = re.findall(r"^make: \*\*\* \[[\w-]+\] Error (\d+)$", text, re.MULTILINE)
+    assert len(codes) == text.count("\n$ ") and set(codes) == {"2"}, codes
+    assert "no such variable" not in text
 
 
 if __name__ == "__main__":

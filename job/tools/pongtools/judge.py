@@ -3,6 +3,7 @@
 How to run (from the repo root; `make judge CHECKPOINT=...` does the same):
 
     .venv/bin/python -m pongtools.judge job/tools/runs/agent             # the shipped agent
+    .venv/bin/python -m pongtools.judge                                  # your latest run (make judge)
     .venv/bin/python -m pongtools.judge ~/pong-runs/a --seeds 300-319    # a run's newest checkpoint
 
 It plays --games greedy games at each of --seeds, the games `make play GAMES=10 ARGS="--seed N"`
@@ -10,6 +11,7 @@ plays at each seed N, score for score (the same kernel, the same seeded frame sk
 actions), one process per core. A checkpoint beats the AI when the mean point difference over all
 the games is above 0 and at least --need of the seeds' sets of games are above 0: with the
 defaults, 200 games at seeds 0-19 and 18 seeds, the criterion of issue 24 (docs/results.md).
+Its first line names the checkpoint (without one: the latest run, as pongtools.play finds it).
 One line per seed, then a `judge` line with `verdict=beats_ai` or `verdict=not_yet`; the exit
 status is 0 either way. To pick a checkpoint, judge candidates at seeds other than the ones you
 report (the shipped agent was picked at seeds 300-311 and reported at 0-19).
@@ -75,11 +77,7 @@ def play_seed(task):
 
 def parse_args(argv):
     p = Parser(prog="python -m pongtools.judge", description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "checkpoint",
-        help="a ckpt-NNNNNN.npz (local or s3://...), a run dir (its newest checkpoint), "
-        "or a folder with an exported agent (make ship)",
-    )
+    play.add_checkpoint(p)
     p.add_argument("--seeds", default=SEEDS, help="seeds to play at: N-M, N,M,... or both (default: %(default)s)")
     p.add_argument("--games", type=at_least(1), default=GAMES, help="greedy games at each seed")
     p.add_argument("--need", type=at_least(0), default=NEED, help="seeds whose games must come out above 0")
@@ -98,7 +96,9 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(argv)
-    run, name, state, env_id, _ = play.load_player(args.checkpoint)  # one-line errors before any game
+    run, name, state, env_id, _ = play.load_player(
+        args.checkpoint, args.runs_in or play.RUNS_IN
+    )  # one-line errors before any game
     tasks = [(state.params, env_id, seed, args.games) for seed in args.seeds]
     per_seed = []
     won_all = 0

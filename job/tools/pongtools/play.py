@@ -4,7 +4,11 @@ How to run (from the repo root; `make play CHECKPOINT=... GAMES=3` does the same
 
     .venv/bin/python -m pongtools.play ~/pong-runs/a/ckpt-000100.npz --games 3
     .venv/bin/python -m pongtools.play ~/pong-runs/a --policy sampled    # the run's newest checkpoint
-    .venv/bin/python -m pongtools.play job/tools/runs/agent --games 10     # the shipped agent (make play)
+    .venv/bin/python -m pongtools.play job/tools/runs/agent --games 10     # the shipped agent (CHECKPOINT=shipped)
+    .venv/bin/python -m pongtools.play                                      # your latest run (make play)
+
+Without a checkpoint it plays the newest checkpoint of the newest run in --runs-in (default: `make
+train`'s ~/pong-runs/<time> and `make run`'s runs/<time>/run), and its first line names it.
 
 The trainer's own kernel (policy.policy_step) preprocesses each screen and runs the
 network. By default the agent plays its more likely action, UP iff P(UP) > 0.5 (greedy,
@@ -30,11 +34,16 @@ from pgpong.logline import kv
 from pgpong.rundir import AGENT_FILE, RUN_RECORD, RunDir
 from pgpong.store import StoreError
 
+from pongtools import REPO
+
 MAX_GIF_FRAMES = 3000  # a longer game is subsampled evenly down to this: under 100 MB of memory, a few MB of GIF
 ATARI_FPS = 60  # emulator frames per second: a GIF frame shows for as long as the frames it covers
 MAX_STEPS = 200_000  # a game longer than this (about an hour of play) is cut off
 POLICIES = ("greedy", "sampled")  # --policy: the first is the default
 PLAY_STREAM = 0  # the `update` part of each game's random-stream seed; training uses 1, 2, ...
+# Where a run without a named checkpoint is looked for: `make train`'s run dirs, `make run`'s OUT (its run/ inside).
+RUNS_IN = (DEFAULT_RUNS, str(REPO / "runs"))
+NAME_ONE = "pass CHECKPOINT=<ckpt-NNNNNN.npz or a run dir>, or CHECKPOINT=shipped for the shipped agent"
 
 
 class Policy:
@@ -172,13 +181,25 @@ def default_gif(run, name, update):
     return os.path.join(run.path, gif)
 
 
-def parse_args(argv):
-    p = Parser(prog="python -m pongtools.play", description=__doc__.split("\n\n")[0])
+def add_checkpoint(p):
+    """The checkpoint argument play and judge share, and the folders of the latest run without it."""
     p.add_argument(
         "checkpoint",
+        nargs="?",
         help="a ckpt-NNNNNN.npz (local or s3://...), a run dir (its newest checkpoint), "
-        f"or a folder with an exported {AGENT_FILE} (make ship)",
+        f"or a folder with an exported {AGENT_FILE} (make ship); default: the latest run in --runs-in",
     )
+    p.add_argument(
+        "--runs-in",
+        action="append",
+        metavar="FOLDER",
+        help=f"where the latest run is looked for, one folder each (default: {', '.join(RUNS_IN)})",
+    )
+
+
+def parse_args(argv):
+    p = Parser(prog="python -m pongtools.play", description=__doc__.split("\n\n")[0])
+    add_checkpoint(p)
     p.add_argument("--games", type=at_least(1), default=3, help="games to play")
     p.add_argument(
         "--policy",
@@ -202,15 +223,40 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def load_player(where):
+def latest_run(folders):
+    """(RunDir, file name) of the newest checkpoint of the newest run in folders: each folder's run dirs
+    (`make train`'s) and OUTs with a run/ inside (`make run`'s), the newest being the one whose newest
+    checkpoint was written last; exits with one line, saying what to name, if none holds one."""
+    found = []
+    for folder in folders:
+        folder = os.path.expanduser(folder)
+        if not os.path.isdir(folder):
+            continue
+        for entry in os.listdir(folder):
+            for run_dir in (os.path.join(folder, entry), os.path.join(folder, entry, "run")):
+                if not os.path.isdir(run_dir):
+                    continue
+                run = RunDir(run_dir)
+                names = run.checkpoints()
+                if names:
+                    found.append((os.path.getmtime(run.file(names[0])), run, names[0]))
+    if not found:
+        fail(f"no run with a checkpoint in {' or '.join(folders)} (make train's and make run's runs); {NAME_ONE}")
+    _, run, name = max(found, key=lambda f: f[0])
+    return run, name
+
+
+def load_player(where, runs_in=RUNS_IN):
     """(path, weights state, env id, a stepper of that env) of the checkpoint at `where` (see
-    find_checkpoint); exits with one line if it cannot be loaded or its env cannot be played here."""
-    run, name = find_checkpoint(where)
+    find_checkpoint), or, where is None, of the latest run in runs_in (latest_run); its first line
+    names it. Exits with one line if it cannot be loaded or its env cannot be played here."""
+    run, name = find_checkpoint(where) if where else latest_run(runs_in)
     path = run.file(name)
     try:
         state = run.load_weights(name)
     except CheckpointError as e:
         fail(str(e))
+    print(kv("checkpoint", path=path, update=state.update, chosen="named" if where else "latest"), flush=True)
     env_id = state.config.get("env", "Pong-v0")
     try:
         stepper = rollout.AtariStepper(env_id)
@@ -221,7 +267,7 @@ def load_player(where):
 
 def main(argv=None):
     args = parse_args(argv)
-    run, name, state, env_id, stepper = load_player(args.checkpoint)
+    run, name, state, env_id, stepper = load_player(args.checkpoint, args.runs_in or RUNS_IN)
     path = run.file(name)
     gif = os.path.abspath(os.path.expanduser(args.out)) if args.out else default_gif(run, name, state.update)
     png = os.path.splitext(gif)[0] + ".png"

@@ -76,7 +76,8 @@ def parser():
         nargs="?",
         const=40,
         metavar="SECONDS",
-        help="measure this machine's core rate now, every core playing episodes for SECONDS (default 40)",
+        help="measure this machine's core rate now as the trainer gets it: one trainer update, an actor on every "
+        "core, of about SECONDS (default 40; Ray starts here)",
     )
     q.add_argument(
         "--network-gbps",

@@ -187,42 +187,41 @@ def calibrate(out_path, work_dir, runs=((10, 20), (300, 2)), workers=2):
         prober.wait()
 
 
-def measure_core(seconds=40.0, processes=None):
-    """This machine's core rate now: one probe per core (os.cpu_count()), all playing episodes
-    for `seconds`, as a node's actors keep every core busy. Returns the mean agent steps per
-    wall-second of one probe over the window, with how it was measured."""
-    import signal
+# Episodes a core plays a second at a fresh policy's lengths: 300 in make bench's trainer phase, 42.3 s on 2
+# cores (docs/samples/bench-core.txt), rounded down; measure_core sizes its update by it.
+EPISODES_PER_CORE_S = 3
+
+
+def measure_core(seconds=40.0, workers=None):
+    """This machine's core rate now, as the trainer gets it: one real update of the trainer on one actor
+    per core (os.cpu_count()), make bench's trainer phase (pongtools.bench.bench_trainer, the phase the
+    committed rate comes from), its batch sized to take about `seconds`. Raw probe processes would leave
+    out what the trainer keeps of a core (its dispatch, its reduce, its last wave). Returns the env steps
+    per second of one actor over the update, with how it was measured."""
     import tempfile
 
-    processes = processes or os.cpu_count()
-    with tempfile.TemporaryDirectory() as work:
-        logs = [os.path.join(work, f"probe-{i}.jsonl") for i in range(processes)]
-        probes = [
-            subprocess.Popen([sys.executable, "-m", "pongtools.plan", "probe", "--log", log], env=dict(os.environ))
-            for log in logs
-        ]
-        try:
-            deadline = time.time() + 60
-            while not all(os.path.exists(log) for log in logs):  # each has compiled and played one episode
-                if time.time() > deadline or any(p.poll() is not None for p in probes):
-                    raise RuntimeError("the core-rate probes did not start")
-                time.sleep(0.5)
-            start = time.time()
-            time.sleep(seconds)
-            end = time.time()
-        finally:
-            for p in probes:
-                p.send_signal(signal.SIGTERM)
-            for p in probes:
-                p.wait()
-        episodes = []
-        for log in logs:
-            with open(log) as f:
-                episodes += [json.loads(ln) for ln in f]
+    import ray
+
+    from pongtools import actor_path, bench
+
+    workers = workers or os.cpu_count()
+    batch = workers * max(1, round(seconds * EPISODES_PER_CORE_S))
+    ray.init(address="local", num_cpus=workers, logging_level="warning", runtime_env=actor_path())
+    try:
+        with tempfile.TemporaryDirectory() as run_dir:
+            phase = bench.bench_trainer("Pong-v0", workers, batch, run_dir)
+    finally:
+        ray.shutdown()
     return {
-        "env_steps_per_s": round(probe_rate(episodes, start, end, processes), 1),
+        "env_steps_per_s": round(phase["env_steps_per_s_per_core"], 1),
         "source": "measured_now",
-        "kind": f"agent steps per second of each of {processes} probe processes playing at once for {seconds:g} s",
+        "measured_with": "trainer_update",
+        "kind": f"env steps per second per actor of one batch-{batch} update of the trainer on {workers} actors "
+        "(make bench's trainer phase)",
+        "batch_size": batch,
+        "workers": workers,
+        "seconds": round(phase["seconds"], 2),
+        "actor_busy": round(phase["actor_busy"], 3),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": machine(),
     }

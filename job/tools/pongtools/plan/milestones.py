@@ -19,8 +19,13 @@ The milestones:
 - play_criterion: the update of a checkpoint that beat the built-in AI in `make judge`
   (`make play`, greedy, 10 games at each of seeds 0-19: mean point difference above 0, at
   least 18 of the 20 seeds above 0). Played, not read from the metrics: given to `plan
-  inputs` by --play-update, with where the games are recorded.
+  inputs` by --play-update, with where the games are recorded: measured where that names a
+  saved judge sample, reported (a verdict whose games were not saved) where it does not.
 """
+
+import re
+
+from pongtools import REPO
 
 THRESHOLDS = (("running_reward_0", 0.0), ("running_reward_2", 2.0))
 NAMES = (*(name for name, _ in THRESHOLDS), "play_criterion")
@@ -51,8 +56,16 @@ def measure(records, config, run_path, play_update=None, play_source=None):
         found[name] = None if first is None else point(records, first)
     found["play_criterion"] = None
     if play_update is not None:
-        found["play_criterion"] = point(records, play_update) | {"source": play_source or "not given"}
+        source = play_source or "not given"
+        found["play_criterion"] = point(records, play_update) | {"source": source, "kind": judged_kind(source)}
     return found
+
+
+def judged_kind(source):
+    """measured where the source names a saved `make judge` sample that exists (docs/samples/judge-*.txt),
+    else reported: a verdict whose games were not saved."""
+    saved = re.findall(r"docs/samples/judge-[\w.-]+\.txt", source)
+    return "measured" if any((REPO / name).is_file() for name in saved) else "reported"
 
 
 def runs_of(milestones, batch_size):
@@ -138,7 +151,7 @@ def updates_to(milestones, batch_size, name):
                 "updates": [r[name]["update"] for r in got],
                 "seeds": [seed_of(r) for r in got],
                 "runs": [r["run"] for r in got],
-                "kind": "measured",
+                "kind": "measured" if all(r[name].get("kind", "measured") == "measured" for r in got) else "reported",
                 "from_batch_size": batch_size,
             }
             | ({"unreached": unreached} if unreached else {})
