@@ -6,7 +6,7 @@
         ...
         raise cli.UserError("no checkpoint at /x; pass CHECKPOINT=...")  # a mistake found after parsing
 
-    def entry():  # the console script, and `if __name__ == "__main__": entry()`
+    def entry():  # what `python -m` runs: `if __name__ == "__main__": entry()`
         cli.run(main)
 
 run() is the one place a program's end becomes its exit status: main's own status (None: 0); a
