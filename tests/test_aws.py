@@ -1034,7 +1034,7 @@ def test_make_up_refuses_a_cluster_of_its_name_launched_elsewhere_and_NAME_keeps
     name that runs in the region and was launched from another laptop; NAME=alice launches a cluster of that name
     with roles of its own (`make iam NAME=alice`: their rights name alice's instances); one launched here passes;
     without credentials the check says "not checked" and `ray up` goes on (and says why it cannot)."""
-    from test_probe import recording_venv  # a venv whose `ray` records its calls
+    from harness.launcher import recording_venv  # a venv whose `ray` records its calls
 
     venv = recording_venv(tmp_path / "venv")
     key = f"ray-autoscaler_{REGION}"

@@ -17,25 +17,12 @@ import threading
 import pytest
 import yaml
 from harness import REPO, clean_env, run
+from harness.launcher import recording_venv
 
 MAKE_ERROR = "make: *** ["
 AWS_YAML = yaml.safe_load((REPO / "cluster" / "aws.yaml").read_text())
 HEAD = AWS_YAML["head_node_type"]
 ECR = "123456789012.dkr.ecr.{region}.amazonaws.com/pong-on-ray:x"
-
-
-def recording_venv(folder):
-    """A venv for `make VENV=...`: this one's python, and a `ray` that records each call."""
-    bin_ = folder / "bin"
-    bin_.mkdir(parents=True)
-    (bin_ / "uv").write_text("#!/bin/bash\nexit 1\n")  # never run: the stamps below are newer than the locks
-    (bin_ / "python").write_text(f'#!/bin/bash\nexec {sys.executable} "$@"\n')
-    (bin_ / "ray").write_text(f'#!/bin/bash\necho "$*" >> {folder}/ray-calls\n')
-    for tool in bin_.iterdir():
-        tool.chmod(0o755)
-    for stamp in (".installed", ".installed-tools", ".installed-test"):
-        (folder / stamp).touch()
-    return folder
 
 
 def cluster_copy(tmp_path, change):

@@ -9,6 +9,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -144,3 +145,18 @@ def clear(text):
 
 def tail(path, lines=60):
     return "\n".join(clear(Path(path).read_text(errors="replace")).splitlines()[-lines:])
+
+
+def recording_venv(folder):
+    """A venv for `make VENV=...` (a launcher that launches nothing): this one's python, and a `ray` that records
+    each call in folder/ray-calls."""
+    bin_ = folder / "bin"
+    bin_.mkdir(parents=True)
+    (bin_ / "uv").write_text("#!/bin/bash\nexit 1\n")  # never run: the stamps below are newer than the locks
+    (bin_ / "python").write_text(f'#!/bin/bash\nexec {sys.executable} "$@"\n')
+    (bin_ / "ray").write_text(f'#!/bin/bash\necho "$*" >> {folder}/ray-calls\n')
+    for tool in bin_.iterdir():
+        tool.chmod(0o755)
+    for stamp in (".installed", ".installed-tools", ".installed-test"):
+        (folder / stamp).touch()
+    return folder
