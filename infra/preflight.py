@@ -634,20 +634,12 @@ def check_cluster_name(report, ec2, config, region):
         )
 
 
-def check_cluster_name_only(path):
-    """before_up's first check: a cluster of the launched copy's name
-    in its region launched elsewhere is refused (UserError), as check_cluster_name; none, or one launched here, is one
-    ok line; without an answer from EC2 (no credentials), one line saying it was not checked. The YAML is read
-    as it is, without Ray's import: a list of hosts (cluster/local.yaml) has nothing to check, and says nothing."""
-    try:
-        config = yaml.safe_load(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return  # variant.py has read it just before, and says what is wrong with it
-    if not isinstance(config, dict) or (config.get("provider") or {}).get("type") != "aws":
-        return
+def refuse_a_cluster_of_its_name(config, session):
+    """before_up's first check: a cluster of the launched copy's name (config: the YAML as it is, an AWS one) in its
+    region launched elsewhere is refused (UserError), as check_cluster_name; none, or one launched here, is one ok
+    line; without an answer from EC2 (no credentials), one line saying it was not checked."""
     name, region = config.get("cluster_name"), config["provider"].get("region")
     try:
-        session = boto3.session.Session(region_name=region, **config["provider"].get("aws_credentials", {}))
         if session.get_credentials() is None:
             raise NoCredentialsError()
         found = cluster_instances(session.client("ec2", config=AWS_CALLS), name)
@@ -928,13 +920,14 @@ def before_up(path, said=None):
     account's quota has free in its region (check_quotas, as make preflight reads it), or a node type that cannot run
     the trainer (check_instance_types); nothing else of preflight. Without AWS credentials, or where AWS does not
     answer, one line says they were not checked, and `ray up` goes on. said: how the size was typed (NODES=40).
-    First, a cluster of its name launched elsewhere in the region is refused (check_cluster_name_only)."""
-    check_cluster_name_only(path)
+    First, a cluster of its name launched elsewhere in the region is refused (refuse_a_cluster_of_its_name)."""
     with open(path) as f:
-        provider = (yaml.safe_load(f) or {}).get("provider") or {}
+        mapping = yaml.safe_load(f) or {}
+    provider = mapping.get("provider") or {}
     if provider.get("type") != "aws":  # cluster/local.yaml: no account, no quota
         return 0
     session = aws_session(provider)
+    refuse_a_cluster_of_its_name(mapping, session)
     if session.get_credentials() is None:  # the chain of files and variables, no call to AWS
         print(kv(check="quota", status="not_checked", reason="no AWS credentials here; make preflight checks it"))
         return 0

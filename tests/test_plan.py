@@ -6,7 +6,6 @@ import json
 import os
 import pathlib
 import re
-import subprocess
 import sys
 
 import numpy as np
@@ -172,15 +171,7 @@ def test_probe_rate_counts_steps_within_the_window():
 
 
 def run_plan(*args, timeout=120):
-    env = dict(os.environ)
-    return subprocess.run(
-        [sys.executable, "-m", "pongtools.plan", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run([sys.executable, "-m", "pongtools.plan", *args], dict(os.environ), timeout)
 
 
 def without_own_milestones(tmp_path, batch_size):
