@@ -65,7 +65,7 @@ LOGIN = AWS_YAML["auth"]["ssh_user"]  # ubuntu
 HOSTS = ["head", "worker1", "worker2"]
 NOT_ON_THE_LOCAL_PROVIDER = ("available_node_types", "head_node_type")
 JOIN_TIMEOUT_S = 900
-ACTORS = 20  # Ray puts actors on the head up to half its 18 CPUs, then on a worker up to half its, then the next
+ACTORS = 20  # the trainer spreads its actors (SPREAD): some on each of the three nodes, fewer than their 54 CPUs
 JOB_ARGS = f"--batch-size {ACTORS} --updates 1 --seed 0 --workers {ACTORS} --run-dir=~/pong-runs/aws-hosts"
 AUTODOWN_MINUTES = 0.1
 AUTODOWN_TIMEOUT_S = 300

@@ -1,11 +1,14 @@
 """The whole path a user takes: `make submit` to a real two-node cluster, follow the
-logs, and check the job succeeded with rollouts on both nodes."""
+logs, and check the job succeeded with rollouts on both nodes. And a pool smaller than the
+cluster: its actors spread over every node, not packed onto the head."""
 
 import re
 import time
+import uuid
 
 import pytest
 from harness import RAY, fields, run
+from harness.cluster import logs, plain_submit, two_node_cluster, wait_until_done
 
 JOB_TIMEOUT_S = 600
 
@@ -51,3 +54,22 @@ def test_pong_job_on_two_nodes(ray_cluster, tmp_path):
     by_node = dict(pair.split(":") for pair in done_fields["episodes_by_node"].split(","))
     assert len(by_node) == 2 and all(int(n) > 0 for n in by_node.values()), done[-1]
     assert sum(int(n) for n in by_node.values()) == int(done_fields["episodes"]) == 8, done[-1]
+
+
+@pytest.mark.slow  # a cluster of its own: two nodes of 4 CPUs each
+def test_a_pool_smaller_than_the_cluster_plays_on_every_node(tmp_path):
+    # Two actors on two nodes of 4 CPUs: Ray's default placement would put both on the head, where the
+    # driver runs (it packs a node until half its CPUs are taken); the trainer asks Ray to spread them.
+    with two_node_cluster(second_node=False, head_cpus=4) as cluster:
+        cluster.start_second_node(cpus=4)
+        cluster.wait_for_nodes(2)
+        submission = f"spread-{uuid.uuid4().hex[:8]}"
+        args = ["--batch-size", "2", "--updates", "1", "--workers", "2", "--run-dir", str(tmp_path / "run")]
+        plain_submit(cluster, submission, *args)
+        status = wait_until_done(cluster, submission, timeout_s=JOB_TIMEOUT_S)
+        text = logs(cluster, submission)
+    assert status == "SUCCEEDED", text[-3000:]
+    [start] = [fields(x) for x in text.splitlines() if x.startswith("start ")]
+    [done] = [fields(x) for x in text.splitlines() if x.startswith("done ")]
+    assert (start["cluster_cpus"], start["workers"], start["worker_nodes"]) == ("8", "2", "2"), start
+    assert done["nodes"] == "2" and len(done["episodes_by_node"].split(",")) == 2, done

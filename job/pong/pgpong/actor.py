@@ -24,7 +24,11 @@ def blas_report():
     return threads, ",".join(f"{i['internal_api']}:{i['num_threads']}" for i in blas)
 
 
-@ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=0)
+# SPREAD, not Ray's default, which packs actors onto the driver's node (the head) until half its CPUs are
+# taken: 20 actors on three 18-CPU nodes played on two of them in the fresh-clone CI of b6e14e2. Spread, a
+# pool smaller than the cluster uses every node's cores and memory bandwidth, and a lost node costs the
+# fewest actors. Where actors play does not change the bits (test_exact).
+@ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=0, scheduling_strategy="SPREAD")
 class EnvRunnerActor:
     """One rollout process, an EnvRunner. Ray restarts it if it dies; the pool replays what it lost."""
 
