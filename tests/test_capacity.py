@@ -3,7 +3,8 @@ where Ray's autoscaler reads it, a release withdraws it, and neither fails nor c
 the trainer asks for its batch size in CPUs while it trains and withdraws the request when it ends.
 On a head of their own, with its dashboard: a trainer SIGKILLed mid-run (its `finally` never runs) leaves
 its request as the autoscaler shows it (`ray status`), `make release` withdraws it, and a trainer that
-starts replaces it with its own.
+starts replaces it with its own. And pgpong.launches, which reads the autoscaler's report and output for the
+workers it could not start.
 
 What an autoscaling cluster then does with a request (start nodes) needs a cloud: not run here.
 """
@@ -15,7 +16,7 @@ import time
 from datetime import datetime
 
 import pytest
-from harness import RAY, run
+from harness import RAY, fields, run
 from harness.cluster import ray_head, two_node_cluster
 from harness.runs import start_trainer, start_trainer_on, stopped_after_line, wait_for_line
 
@@ -135,6 +136,68 @@ def test_the_trainers_watch_reads_the_report_the_heads_monitor_writes(local_ray)
     assert "load_metrics_report" in status and launches.failures(status) == [], status
     said = []
     assert launches.Watch(out=lambda text, flush: said.append(text)).look() == 0 and said == []
+
+
+# What the head's autoscaler wrote to monitor.out in test_lan_cluster.py's run with a worker whose Docker engine was
+# stopped (Ray 2.60; colors, and the output of earlier commands, left out).
+MONITOR_OUT = """\
+2026-12-06 11:59:40,044\tVINFO command_runner.py:399 -- Running `\x1b[1mexport RAY_HEAD_IP=10.213.0.11; bash /tmp/ray_tmp_mount/pong-local/tmp/pong-build/infra/build-image.sh\x1b[22m\x1b[26m`
+2026-12-06 11:59:40,045\tVVINFO command_runner.py:401 -- Full command is `ssh -tt root@10.213.0.12 bash --login -c -i 'bash build-image.sh'`
+build-image: no Docker engine answers; start one (Debian: apt-get install docker.io, then dockerd &; or run infra/ci-docker.sh)
+Shared connection to 10.213.0.12 closed.
+2026-12-06 11:59:41,031\tINFO log_timer.py:25 -- NodeUpdater: 10.213.0.12: Initialization commands failed [LogTimer=1714ms]
+2026-12-06 11:59:41,031\tINFO log_timer.py:25 -- NodeUpdater: 10.213.0.12: Applied config g15lqr4rs2j5ch2r  [LogTimer=4307ms]
+2026-12-06 11:59:41,037\tERR updater.py:177 -- \x1b[31mNew status: \x1b[1mupdate-failed\x1b[22m\x1b[26m\x1b[39m
+2026-12-06 11:59:41,051\tERR updater.py:191 -- \x1b[31mFull traceback: Traceback (most recent call last):
+  File "/home/ray/venv/lib/python3.11/site-packages/ray/autoscaler/_private/updater.py", line 172, in run
+click.exceptions.ClickException: SSH command failed.
+2026-12-06 11:59:41,051\tERR updater.py:193 -- \x1b[31mError message: SSH command failed.\x1b[39m
+"""
+
+
+def test_a_worker_whose_setup_failed_is_read_from_the_autoscalers_output_as_it_grows(tmp_path):
+    """pgpong.launches' UpdaterLog: the NodeUpdater's `... failed` line of a worker is one failure, with the node's
+    type from the report and the last line the failing command printed, read once however the file grows (a line
+    cut in two by a look counts once it is whole). On the test hosts, with Ray's own autoscaler: test_lan_cluster."""
+    from pgpong import launches
+
+    path = tmp_path / "monitor.out"
+    log = launches.UpdaterLog(path)
+    type_of = {"10.213.0.12": "local.cluster.node"}.get
+    assert log.failed(type_of) == []  # no file yet (a driver that is not on the head)
+    cut = MONITOR_OUT.index("Initialization commands failed") + 5
+    path.write_text(MONITOR_OUT[:cut])
+    assert log.failed(type_of) == []
+    with open(path, "a") as more:
+        more.write(MONITOR_OUT[cut:])
+    [failure] = log.failed(type_of)
+    assert log.failed(type_of) == []  # read once
+    said = launches.line(failure, joined=0)
+    assert said.startswith(
+        'workers joined=0 launch_failed=local.cluster.node reason=SetupFailed message="the node at 10.213.0.12 was '
+        "launched and its initialization commands failed"
+    ), said
+    assert fields(said)["last_output"].startswith("build-image: no Docker engine answers; start one"), said
+
+
+@pytest.mark.parametrize(
+    "report, kind",
+    [
+        (
+            {"node_type_mapping": {"10.0.0.2": "ray.worker.default", "10.0.0.1": "ray.head.default"}},
+            "ray.worker.default",
+        ),
+        ({"pending_nodes": [["10.0.0.2", "ray.worker.default", "uninitialized"]]}, "ray.worker.default"),
+        ({"node_availability_summary": {"node_availabilities": {"local.cluster.node": {}}}}, "local.cluster.node"),
+        ({"node_availability_summary": {"node_availabilities": {"a": {}, "b": {}}}}, "worker"),
+        ({}, "worker"),
+    ],
+)
+def test_a_failed_nodes_type_is_read_from_the_report_where_it_is_there(report, kind):
+    """A node whose setup failed may be missing from the report's mapping while Ray ends it and launches it anew."""
+    from pgpong import launches
+
+    assert launches.node_type({"autoscaler_report": report}, "10.0.0.2") == kind
 
 
 def wait_until_reported(read, timeout_s=30):

@@ -29,15 +29,20 @@ edit: head_ip, worker_ips, the SSH user and key (and here, the test's own token 
    workers' containers stop first, the head's last, and no container is left on any host; then the
    hosts themselves are stopped, and no sshd, dockerd, namespace or folder of theirs is left.
 
-It prints one line with the bring-up figures (docs/local-cluster.md and `make plan` use them):
+A second test launches a head and one worker host whose Docker engine is stopped: the worker's setup fails, and
+the job's log, `make status` and `make run`'s last line say so (issue 54's workers that never come).
+
+The first test prints one line with the bring-up figures (docs/local-cluster.md and `make plan` use them):
 local_cluster nodes=3 head_up_s= workers_joined_s= image_s= job_s= lost_node_back_s= make_run_s= down_s= ...
 (down_s: from the watcher's `autodown down` line to the last container gone).
 """
 
+import contextlib
 import getpass
 import json
 import os
 import re
+import shlex
 import time
 from pathlib import Path
 
@@ -114,6 +119,13 @@ def lan(tmp_path):
 def cluster(lan, tmp_path):
     """cluster/local.yaml as docs/local-cluster.md has a user edit it for a LAN, and `ray dashboard`'s
     tunnel once it is up. Tears the cluster down if the test did not, and removes the launcher's files."""
+    with launched_on(lan, tmp_path) as launched:
+        yield launched
+
+
+@contextlib.contextmanager
+def launched_on(lan, tmp_path):
+    """cluster/local.yaml edited for the lan's hosts (the first one the head), as the cluster fixture's."""
     assert COMMITTED["provider"] == {"type": "local", "head_ip": "127.0.0.1", "worker_ips": []}, COMMITTED["provider"]
     token = tmp_path / "auth_token"
     token.write_text(os.urandom(32).hex())
@@ -290,3 +302,99 @@ def test_ray_up_launches_two_workers_that_train_and_one_comes_back(cluster, lan,
         + f" episodes_by_node={done['episodes_by_node']} blas_threads=1 bitwise_equal=true workers_down_first=true"
         + f" lost_job_updates={last} lost_job_episodes_by_node={done_lost['episodes_by_node']}"
     )
+
+
+# Run in the head's container: the autoscaler's last report, as the trainer's watch reads it (pgpong.launches).
+AUTOSCALER_REPORT = (
+    "import ray; ray.init(address='auto', logging_level='ERROR', log_to_driver=False);"
+    " from ray.experimental.internal_kv import _internal_kv_get;"
+    " print(_internal_kv_get('__autoscaling_status').decode())"
+)
+
+
+@pytest.fixture
+def lan_with_a_broken_worker(tmp_path):
+    """A head host and a worker host whose Docker engine is stopped before `ray up`, as when its install failed:
+    each time the head's autoscaler launches it, its setup fails."""
+    (REPO / ".cache").mkdir(exist_ok=True)
+    with lan_of_hosts(tmp_path, ["head", "worker1"], REPO / ".cache", build_folder(COMMITTED)) as network:
+        assert network.stop_docker(network.hosts[1]) and not network.hosts[1].docker_answers()
+        yield network
+
+
+@pytest.mark.docker
+def test_a_worker_that_cannot_start_is_said_in_the_jobs_log_make_status_and_make_runs_last_line(
+    lan_with_a_broken_worker, tmp_path
+):
+    """Issue 54's workers that never come, on the test hosts: the head's autoscaler launches worker1, whose setup fails
+    (its image build finds no Docker engine). Ray's report then says "(no failures)" and the worker stays
+    uninitialized; the job trains on the head alone. Its trainer reads the autoscaler's output and says so in a
+    `workers` line: in the job's log from its start, in `make status`, and in `make run`'s last line."""
+    lan = lan_with_a_broken_worker
+    worker = lan.hosts[1].address
+    built = run(["make", "image"], clean_env(), timeout=LAUNCHER_TIMEOUT_S)
+    assert built.returncode == 0 and "built image=" in built.stdout, built.stdout + built.stderr
+    with launched_on(lan, tmp_path) as cluster:
+        up = cluster.launcher("up")
+        assert up.returncode == 0, f"`ray up` failed:\n{tail(cluster.log)}"
+        cluster.open_tunnel()
+        wait_until("the head", lambda: len(cluster.alive_nodes()) == 1, 120)
+        monitor = "/tmp/ray/session_latest/logs/monitor.out"
+        wait_until(
+            "worker1's failed setup in the autoscaler's output",
+            lambda: "Initialization commands failed" in cluster.head_exec(f"cat {monitor}").stdout,
+            300,
+        )
+
+        started = time.monotonic()
+        job_id = submit(cluster, "~/pong-runs/lan-broken", 0)
+        text = wait_until("an update", lambda: updates_of(cluster.job_logs(job_id)) and cluster.job_logs(job_id), 300)
+        seen_s = round(time.monotonic() - started, 1)
+        said = lines_of(text, "workers")
+        (_, start) = lines_of(text, "start")[0]
+        assert said and said[0][0] < lines_of(text, "start")[0][0], text[-3000:]  # said before the start line
+        workers = said[0][1]
+        assert (workers["joined"], workers["launch_failed"], workers["reason"]) == (
+            "0",
+            "local.cluster.node",
+            "SetupFailed",
+        ), (workers, cluster.head_exec(f"python -c {shlex.quote(AUTOSCALER_REPORT)}").stdout)
+        assert workers["message"].startswith(f"the node at {worker} was launched and its initialization commands")
+        assert workers["last_output"].startswith("build-image: no Docker engine answers"), workers
+        assert start["cluster_nodes"] == "1", start
+
+        status = run(
+            lan.laptop(["make", "status"]),
+            cluster.client_env(LAST_JOB_FILE=str(tmp_path / "last-job-lan-broken")),
+            timeout=120,
+        )
+        assert status.returncode == 0, status.stdout + status.stderr
+        shown = [x for x in status.stdout.splitlines() if x.startswith("workers ")]
+        assert [fields(x) for x in shown] == [workers], status.stdout
+        stopped = run(cluster.lan.laptop([RAY, "job", "stop", job_id]), cluster.client_env(), timeout=120)
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+
+        # make run on the cluster that is up: its last line repeats the reason.
+        cluster.close_tunnel()
+        made = run(
+            lan.laptop(
+                [
+                    "make",
+                    "run",
+                    f"CLUSTER={cluster.path}",
+                    "KEEP=1",
+                    f"OUT={tmp_path / 'make-run'}",
+                    "ARGS=--batch-size 2 --updates 1",
+                ]
+            ),
+            clean_env(RAY_AUTH_TOKEN_PATH=str(cluster.token), LAST_JOB_FILE=str(tmp_path / "last-job")),
+            timeout=LAUNCHER_TIMEOUT_S,
+        )
+        (last,) = [fields(x) for x in made.stdout.splitlines() if x.startswith("make_run status=")] or [{}]
+        assert made.returncode == 0 and last.get("status") == "SUCCEEDED", made.stdout[-4000:] + made.stderr[-2000:]
+        assert (last["workers_joined"], last["launch_failed"], last["reason"]) == (
+            "0",
+            "local.cluster.node",
+            "SetupFailed",
+        ), last
+    print(f"\nbroken_worker seconds_to_first_update={seen_s} workers_line_before_start=true make_run_last_line=true")
