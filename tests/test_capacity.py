@@ -178,6 +178,9 @@ def test_a_worker_whose_setup_failed_is_read_from_the_autoscalers_output_as_it_g
         "launched and its initialization commands failed"
     ), said
     assert fields(said)["last_output"].startswith("build-image: no Docker engine answers; start one"), said
+    path.rename(tmp_path / "monitor.out.1")  # rotated, and a new file begun: read from its start
+    path.write_text(MONITOR_OUT)
+    assert [f[3] for f in log.failed(type_of)] == [failure[3]]
 
 
 @pytest.mark.parametrize(

@@ -804,10 +804,10 @@ def test_the_image_figures_are_those_of_the_latest_samples_of_the_harness():
         assert f"{when} UTC" in got["command"], (name, when, got["command"])
 
 
-def test_fetch_ship_is_the_committed_make_run_samples_and_old_image_parts_say_so():
+def test_fetch_ship_and_the_bring_up_parts_are_those_of_the_committed_samples():
     """fetch_ship is the figure of the make run sample the repo keeps (docs/samples/make-run.txt), from its
-    succeeded run, with that sample's date; the parts measured in docs/samples/lan-cluster.txt, on the image
-    recipe before the slim image, say so where they are printed."""
+    succeeded run, with that sample's date; ray_start, worker_join and down are those of the LAN cluster's sample
+    (docs/samples/lan-cluster.txt, on the slim image), less the image builds, with its date."""
     parts = json.loads(pathlib.Path(endtoend.INPUTS).read_text())["parts"]
     made, line = sample_line("make-run", "make_run")
     assert line["status"] == "SUCCEEDED" and parts["fetch_ship"]["seconds"] == float(line["fetch_ship_s"]), line
@@ -816,10 +816,18 @@ def test_fetch_ship_is_the_committed_make_run_samples_and_old_image_parts_say_so
         f"{when} UTC" in parts["fetch_ship"]["command"]
         and "docs/samples/make-run.txt" in parts["fetch_ship"]["command"]
     )
-    old = [name for name, part in parts.items() if "docs/samples/lan-cluster.txt" in part.get("command", "")]
-    assert sorted(old) == ["down", "ray_start", "worker_join"], old
-    for name in old:
-        assert "before the slim image" in parts[name]["caveat"], name
+    made, lan = sample_line("lan-cluster", "local_cluster")
+    images = {name: float(seconds) for name, seconds in (x.split(":") for x in lan["image_s"].split(","))}
+    measured = {
+        "ray_start": float(lan["head_up_s"]) - images.pop("head"),
+        "worker_join": float(lan["workers_joined_s"]) - max(images.values()),
+        "down": float(lan["down_s"]),
+    }
+    cited = {name: part["seconds"] for name, part in parts.items() if "lan-cluster.txt" in part.get("command", "")}
+    assert cited == pytest.approx(measured, abs=0.05), (cited, measured)
+    when = " ".join(made.split()[3:6:2])
+    for name in measured:
+        assert f"{when} UTC" in parts[name]["command"] and "before the slim image" not in parts[name]["caveat"], name
 
 
 def test_the_workers_come_up_once_after_the_head_whatever_their_number(tmp_path):

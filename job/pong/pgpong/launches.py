@@ -29,6 +29,7 @@ before it (the failing command's own, unless several nodes were set up at once).
 
 import contextlib
 import json
+import os
 import re
 import threading
 from pathlib import Path
@@ -77,6 +78,7 @@ class UpdaterLog:
 
     def __init__(self, path):
         self.path, self.offset, self.partial = path, 0, ""
+        self.file = None  # (inode, device) of the file read: Ray rotates its logs (RAY_ROTATION_MAX_BYTES)
         self.last_output = ""  # the last line a command printed since the last command Ray ran
 
     def failed(self, type_of):
@@ -85,6 +87,9 @@ class UpdaterLog:
         if self.path is None or not self.path.exists():
             return []
         with open(self.path, "rb") as f:
+            now = os.fstat(f.fileno())
+            if (now.st_ino, now.st_dev) != self.file or now.st_size < self.offset:  # a new file: rotated, or the first
+                self.file, self.offset, self.partial = (now.st_ino, now.st_dev), 0, ""
             f.seek(self.offset)
             text = f.read().decode(errors="replace")
             self.offset = f.tell()
