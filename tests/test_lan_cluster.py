@@ -154,6 +154,20 @@ def submit(cluster, run_dir, updates):
     return cluster.submit(args, Path(run_dir).name, *(["MAX_HOURS=1"] if updates == 0 else []))
 
 
+def make_run_kept(cluster, tmp_path, args):
+    """`make run KEEP=1` from the laptop on the cluster that is up, with the trainer's args: (the finished process,
+    the fields of its last `make_run status=` line, {} if none)."""
+    made = run(
+        cluster.lan.laptop(
+            ["make", "run", f"CLUSTER={cluster.path}", "KEEP=1", f"OUT={tmp_path / 'make-run'}", f"ARGS={args}"]
+        ),
+        clean_env(RAY_AUTH_TOKEN_PATH=str(cluster.token), LAST_JOB_FILE=str(tmp_path / "last-job")),
+        timeout=LAUNCHER_TIMEOUT_S,
+    )
+    (last,) = [fields(text) for text in made.stdout.splitlines() if text.startswith("make_run status=")] or [{}]
+    return made, last
+
+
 def assert_same_as_one_node(run_dir, updates, into):
     """The cluster's run dir equals, bit for bit, a run of as many updates on one node here (into)."""
     args = ["--batch-size", str(BATCH), "--updates", str(updates), "--seed", "0", "--workers", "2"]
@@ -252,22 +266,8 @@ def test_ray_up_launches_two_workers_that_train_and_one_comes_back(cluster, lan,
     #    three nodes, its run fetched from the head's container and its agent shipped here.
     cluster.close_tunnel()
     started = time.monotonic()
-    made = run(
-        lan.laptop(
-            [
-                "make",
-                "run",
-                f"CLUSTER={cluster.path}",
-                "KEEP=1",
-                f"OUT={tmp_path / 'make-run'}",
-                f"ARGS={MAKE_RUN_ARGS}",
-            ]
-        ),
-        clean_env(RAY_AUTH_TOKEN_PATH=str(cluster.token), LAST_JOB_FILE=str(tmp_path / "last-job")),
-        timeout=LAUNCHER_TIMEOUT_S,
-    )
+    made, last_line = make_run_kept(cluster, tmp_path, MAKE_RUN_ARGS)
     figures["make_run_s"] = round(time.monotonic() - started, 1)
-    (last_line,) = [fields(text) for text in made.stdout.splitlines() if text.startswith("make_run status=")] or [{}]
     assert made.returncode == 0 and last_line.get("cluster") == "up", made.stdout[-4000:] + made.stderr[-2000:]
     assert last_line["status"] == "SUCCEEDED" and (tmp_path / "make-run" / "agent" / "pong-agent.npz").is_file()
     # Ray was not restarted: the head still knows the job of step 4 (a restarted head forgets its jobs, and
@@ -376,21 +376,7 @@ def test_a_worker_that_cannot_start_is_said_in_the_jobs_log_make_status_and_make
 
         # make run on the cluster that is up: its last line repeats the reason.
         cluster.close_tunnel()
-        made = run(
-            lan.laptop(
-                [
-                    "make",
-                    "run",
-                    f"CLUSTER={cluster.path}",
-                    "KEEP=1",
-                    f"OUT={tmp_path / 'make-run'}",
-                    "ARGS=--batch-size 2 --updates 1",
-                ]
-            ),
-            clean_env(RAY_AUTH_TOKEN_PATH=str(cluster.token), LAST_JOB_FILE=str(tmp_path / "last-job")),
-            timeout=LAUNCHER_TIMEOUT_S,
-        )
-        (last,) = [fields(x) for x in made.stdout.splitlines() if x.startswith("make_run status=")] or [{}]
+        made, last = make_run_kept(cluster, tmp_path, "--batch-size 2 --updates 1")
         assert made.returncode == 0 and last.get("status") == "SUCCEEDED", made.stdout[-4000:] + made.stderr[-2000:]
         assert (last["workers_joined"], last["launch_failed"], last["reason"]) == (
             "0",
