@@ -166,8 +166,14 @@ def test_status_shows_the_jobs_last_line_on_workers_the_autoscaler_could_not_lau
     shows the last one under the job's line, how many workers joined and the autoscaler's reason."""
     from pgpong.launches import line
 
-    capacity = ("ray.worker.spot", "InsufficientInstanceCapacity", "We currently do not have sufficient capacity.", 1)
-    quota = ("ray.worker.default", "VcpuLimitExceeded", "You have requested more vCPU capacity than allowed.", 2)
+    capacity = (
+        "ray.worker.spot",
+        "InsufficientInstanceCapacity",
+        "We currently do not have sufficient capacity.",
+        1,
+        "",
+    )
+    quota = ("ray.worker.default", "VcpuLimitExceeded", "You have requested more vCPU capacity than allowed.", 2, "")
     said = [line(capacity, joined=1), line(quota, joined=0)]
     env = ray_cluster.client_env(LAST_JOB_FILE=str(tmp_path / "last-job"))
     job_id = "pong-workers-" + tmp_path.name[-12:]

@@ -545,7 +545,7 @@ def test_make_runs_last_line_repeats_why_workers_never_came(tmp_path, monkeypatc
     Jobs API client a stand-in."""
     from pgpong.launches import line
 
-    said = line(("ray.worker.default", "VcpuLimitExceeded", "You have requested more vCPU capacity.", 1), joined=0)
+    said = line(("ray.worker.default", "VcpuLimitExceeded", "You have requested more vCPU capacity.", 1, ""), joined=0)
     log = f"update=1 episodes=300\n{said}\nstopping signal=SIGTERM\n"
 
     def follow(api, job_id, out):

@@ -40,9 +40,9 @@ WATCH_S = 10  # how often the driver looks: the autoscaler reports every 5 s (AU
 
 
 def failures(status):
-    """[(node type, reason, message, at)] of what the autoscaler's report (the parsed JSON) says failed, oldest first:
-    each type whose last launch failed (at: the attempt's epoch seconds), then each node that failed to start (at: its
-    address)."""
+    """[(node type, reason, message, at, last output)] of what the autoscaler's report (the parsed JSON) says failed,
+    oldest first: each type whose last launch failed (at: the attempt's epoch seconds), then each node that failed to
+    start (at: its address); the report has no output ("")."""
     report = (status or {}).get("autoscaler_report") or {}
     records = ((report.get("node_availability_summary") or {}).get("node_availabilities") or {}).values()
     found = []
@@ -50,18 +50,18 @@ def failures(status):
         if not record["is_available"]:
             why = record.get("unavailable_node_information") or {}
             found.append(
-                (record["node_type"], why.get("category"), why.get("description"), record["last_checked_timestamp"])
+                (record["node_type"], why.get("category"), why.get("description"), record["last_checked_timestamp"], "")
             )
     for ip, node_type in report.get("failed_nodes") or []:
-        found.append((node_type, "NodeTerminated", f"the node at {ip} was launched but did not start", ip))
+        found.append((node_type, "NodeTerminated", f"the node at {ip} was launched but did not start", ip, ""))
     return found
 
 
 def line(failure, joined):
     """The job's line for one failure: how many workers joined, what could not be launched and why (and, for a setup
     that failed, the last line its commands printed)."""
-    node_type, reason, message, _, *output = failure
-    more = {"last_output": output[0]} if output and output[0] else {}
+    node_type, reason, message, _, output = failure
+    more = {"last_output": output} if output else {}
     return kv("workers", joined=joined, launch_failed=node_type, reason=reason, message=message, **more)
 
 
@@ -177,20 +177,21 @@ class Watch:
                 self.out(line(failure, joined), flush=True)
         return len(new)
 
+    def _look_on(self):
+        """look(), for the watch's own calls: a report missing or of another shape says nothing, the run goes on."""
+        try:
+            self.look()
+        except Exception:
+            pass
+
     def _run(self):
         while not self.stopped.wait(self.interval_s):
-            try:
-                self.look()
-            except Exception:  # a report missing or of another shape: nothing to say, the run goes on
-                continue
+            self._look_on()
 
     def __enter__(self):
         """A first look now, so that a failure from before the run (a worker that never came) is said before its
         start line; then one every interval_s."""
-        try:
-            self.look()
-        except Exception:  # as in _run: no report yet, or one of another shape
-            pass
+        self._look_on()
         self.thread.start()
         return self
 
